@@ -1,0 +1,46 @@
+// The RocksDB store: one database per cache directory, records keyed by cache key.
+//
+// Who writes: only one process may open a RocksDB read-write, so writers (the CLI, the evolution
+// worker, an explicit put from a user process) open it briefly as kWriter, retrying while another
+// writer holds the lock, and close it again. Serving processes open it as kReader: a RocksDB
+// secondary instance that sees later writes after catch_up(). kReadOnly serves a shipped cache
+// from a directory that may be read-only. Compression is off everywhere: inside a CUDA-initialised
+// torch process RocksDB's compressed flush crashed on the H200 (shared/device/README.md), and
+// records are small.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/status.h"
+
+namespace kc {
+
+class Store {
+ public:
+  enum class Mode { kReader, kWriter, kReadOnly };
+  virtual ~Store() = default;
+
+  // Opens (kWriter creates) the database in `dir`. A locked database makes kWriter retry for up to
+  // `lock_wait_ms` before kBusy. A missing database is kNotFound for readers; a damaged one kCorrupt.
+  static Result<std::unique_ptr<Store>> open(const std::string& dir, Mode mode, int lock_wait_ms = 5000);
+
+  virtual Mode mode() const = 0;
+  virtual const std::string& dir() const = 0;
+  // kNotFound if absent.
+  virtual Result<std::string> get(const std::string& key) = 0;
+  // kWriter only; synced to disk before returning.
+  virtual Status put(const std::string& key, const std::string& value) = 0;
+  virtual Status remove(const std::string& key) = 0;
+  // Visits keys starting with `prefix` in order until fn returns false.
+  virtual Status scan(const std::string& prefix,
+                      const std::function<bool(const std::string& key, const std::string& value)>& fn) = 0;
+  // kReader: applies writes made by others since open (cheap when nothing changed). No-op otherwise.
+  virtual Status catch_up() = 0;
+};
+
+// The default cache directory: $KERNELCRAFT_CACHE_DIR, else $XDG_CACHE_HOME/kernelcraft, else
+// ~/.cache/kernelcraft.
+std::string default_cache_dir();
+
+}  // namespace kc

@@ -1,0 +1,47 @@
+// Configuration, declared once: every setting with its environment variable, JSON key and default.
+// Sources, later overriding earlier: defaults < JSON file named by KERNELCRAFT_CONFIG < environment
+// < torch.ops.kernelcraft.configure(json) at run time. README.md ("Configuration") lists them.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/status.h"
+
+namespace kc {
+
+struct Config {
+  bool enabled = true;                 // KERNELCRAFT_DISABLE=1 / "enabled": global on/off switch
+  std::vector<std::string> ops;        // KERNELCRAFT_OPS / "ops": intercepted ops (short names)
+  std::string cache_dir;               // KERNELCRAFT_CACHE_DIR / "cache_dir"
+  bool cache_readonly = false;         // KERNELCRAFT_CACHE_READONLY / "cache_readonly"
+  std::string miss_log;                // KERNELCRAFT_MISS_LOG / "miss_log": append missed keys here
+  std::string cxx = "c++";             // KERNELCRAFT_CXX / "cxx": host compiler for CPU kernels
+  std::string nvrtc_path;              // KERNELCRAFT_NVRTC / "nvrtc": libnvrtc to dlopen first
+  std::string policy = "fp32";         // KERNELCRAFT_PRECISION / "precision": fp32 | tf32 | bf16
+  int catch_up_ms = 500;               // KERNELCRAFT_CATCH_UP_MS / "catch_up_ms": how often a serving
+                                       // process looks for kernels written by others (0: never)
+  std::string log_level = "warn";      // KERNELCRAFT_LOG_LEVEL / "log_level"
+};
+
+// One row per setting, for docs, `kernelcraft config` and validation.
+struct ConfigField {
+  const char* json_key;
+  const char* env;
+  const char* help;
+};
+const std::vector<ConfigField>& config_fields();
+
+// Parses a KERNELCRAFT_OPS-style list: "default", "all", "none", or comma-separated names, where
+// "-name" removes and "+name"/"name" adds (relative to "default" when the list starts with +/-).
+Result<std::vector<std::string>> parse_op_list(const std::string& text);
+
+// Defaults, then the KERNELCRAFT_CONFIG file, then the environment. Errors in either are logged
+// once and the offending setting keeps its previous value.
+Config load_config();
+// Applies a JSON object on top of `c`; unknown keys and wrong types are kInvalid (c unchanged).
+Status apply_json(Config& c, const nlohmann::json& j);
+nlohmann::json to_json(const Config& c);
+
+}  // namespace kc

@@ -1,0 +1,21 @@
+// CPU backend: C++ source -> host compiler -> shared object (stored as bytes) -> dlopen.
+//
+// Kernel ABI (the CPU twin of a CUDA __global__ function and cuLaunchKernel's kernelParams):
+//   extern "C" void <entry>(const kc_cpu_ctx* ctx, void* const* args);
+// args[i] points at the i-th parameter's value (for ptr: at a void* holding the data pointer).
+// The grid is split into linear block ranges [ctx->begin, ctx->end) run in parallel; the kernel
+// loops over its blocks. kc_cpu.h (prepended to every source) declares kc_cpu_ctx.
+#pragma once
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace kc {
+
+// Process-wide CPU backend. Compiler: KERNELCRAFT_CXX or "c++"; flags fixed (-O3 -shared -fPIC).
+Backend& cpu_backend();
+
+// The prelude prepended to every CPU kernel source before compiling.
+const char* cpu_kernel_prelude();
+
+}  // namespace kc

@@ -1,0 +1,21 @@
+// CUDA backend: CUDA source -> NVRTC -> CUBIN for the device's architecture -> cuModuleLoadData in
+// the primary context -> cuLaunchKernel on the caller's stream. Driver and NVRTC are loaded lazily
+// (runtime/cuda_api.h), so nothing here needs a GPU until a CUDA backend is asked for.
+#pragma once
+#include <string>
+
+#include "runtime/backend.h"
+
+namespace kc {
+
+// The backend for CUDA device `device` (an ordinal). kUnavailable without a driver or NVRTC.
+Result<Backend*> cuda_backend(int device);
+
+// Compiles CUDA source for an explicit architecture (e.g. 90 for sm_90) without touching a GPU;
+// used by CI to check every shipped CUDA source and by the cuda backend itself.
+Result<CompileOutput> nvrtc_compile(const std::string& source, int sm_arch);
+
+// "13.0" etc., or kUnavailable if NVRTC cannot be loaded.
+Result<std::string> nvrtc_version();
+
+}  // namespace kc
