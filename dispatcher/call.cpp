@@ -1,0 +1,226 @@
+// The serving path of one intercepted call: key -> table -> launch a cached kernel, or eager.
+#include "dispatcher/call.h"
+
+#include <ATen/Parallel.h>
+
+#include "runtime/cpu_backend.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/log.h"
+
+namespace kc::dispatch {
+
+DeviceHooks& cuda_hooks() {
+  static DeviceHooks h;
+  return h;
+}
+
+DType to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::kF32;
+    case at::kDouble: return DType::kF64;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kLong: return DType::kI64;
+    case at::kInt: return DType::kI32;
+    case at::kChar: return DType::kI8;
+    case at::kByte: return DType::kU8;
+    case at::kBool: return DType::kBool;
+    default: return DType::kOther;
+  }
+}
+
+TensorMeta to_meta(const char* name, const at::Tensor& t) {
+  TensorMeta m;
+  m.name = name;
+  if (!t.defined()) {
+    m.defined = false;
+    return m;
+  }
+  m.dtype = to_dtype(t.scalar_type());
+  m.sizes.assign(t.sizes().begin(), t.sizes().end());
+  m.strides.assign(t.strides().begin(), t.strides().end());
+  m.align = align_class(t.data_ptr());
+  return m;
+}
+
+Call::Call(OpId op, Dev dev, const at::Tensor& lead) : op_(op), dev_(dev) {
+  State& st = State::get();
+  active_ = st.on(op);
+  if (!active_) return;
+  device_ = dev == Dev::kCuda ? lead.get_device() : 0;
+  kb_.emplace(st.target(dev, device_), op_info(op).aten, st.policy());
+}
+
+void Call::t(const char* name, const at::Tensor& x) {
+  if (!active_) return;
+  if (nt_ == kMaxTensors) { active_ = false; return; }
+  tensors_[nt_] = &x;
+  tnames_[nt_++] = name;
+  if (!x.defined()) {
+    kb_->absent(name);
+    return;
+  }
+  kb_->tensor(name, to_dtype(x.scalar_type()), x.sizes().data(), x.strides().data(), x.dim(),
+              x.numel() ? align_class(x.data_ptr()) : 16);
+}
+
+void Call::t(const char* name, const std::optional<at::Tensor>& x) {
+  static const at::Tensor undefined;
+  t(name, x.has_value() ? *x : undefined);
+}
+
+void Call::i(const char* name, int64_t v) {
+  if (!active_) return;
+  kb_->i(name, v);
+  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, v};
+}
+void Call::d(const char* name, double v) {
+  if (!active_) return;
+  kb_->d(name, v);
+  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, v};
+}
+void Call::b(const char* name, bool v) {
+  if (!active_) return;
+  kb_->b(name, v);
+  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, v};
+}
+void Call::s(const char* name, std::string_view v) {
+  if (!active_) return;
+  kb_->s(name, std::string(v));
+  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, std::string(v)};
+}
+void Call::list(const char* name, at::IntArrayRef v) {
+  if (!active_) return;
+  kb_->list(name, v.data(), v.size());
+  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, std::vector<int64_t>(v.begin(), v.end())};
+}
+
+bool Call::capturing() const {
+  return dev_ == Dev::kCuda && cuda_hooks().capturing && cuda_hooks().capturing(device_);
+}
+
+Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
+  State& st = State::get();
+  OpCounters& c = st.counters(op_);
+  key_ = kb_->take();
+  KernelTable& table = st.table();
+  KernelTable::Lookup l = table.find(key_);
+  switch (l.kind) {
+    case KernelTable::Kind::kServe: {
+      Status s = launch(*l.kernel, outs);
+      if (s) {
+        c.hits.fetch_add(1, std::memory_order_relaxed);
+        return Outcome::kServed;
+      }
+      table.disable(key_, s.to_string());
+      c.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      return Outcome::kEager;
+    }
+    case KernelTable::Kind::kLoad:
+      c.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      if (capturing()) {   // loading a module is not capturable: leave it for a later call
+        table.forget(key_);
+        return Outcome::kEager;
+      }
+      loading_ = l.record;
+      return Outcome::kLoad;
+    case KernelTable::Kind::kDisabled:
+      c.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      return Outcome::kEager;
+    case KernelTable::Kind::kEagerBest:
+    case KernelTable::Kind::kMiss:
+      c.misses.fetch_add(1, std::memory_order_relaxed);
+      if (l.first_miss) st.record_miss(key_);
+      return Outcome::kEager;
+  }
+  return Outcome::kEager;
+}
+
+Binding Call::binding(const std::vector<at::Tensor>& outs) const {
+  Binding b;
+  for (int k = 0; k < nt_; ++k) b.tensors.push_back(to_meta(tnames_[k], *tensors_[k]));
+  for (size_t k = 0; k < outs.size(); ++k)
+    b.tensors.push_back(to_meta(("out" + std::to_string(k)).c_str(), outs[k]));
+  for (int k = 0; k < ns_; ++k) b.scalars.push_back(scalars_[k]);
+  return b;
+}
+
+void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
+  KernelTable& table = State::get().table();
+  const Record& r = *loading_;
+  const char* want = dev_ == Dev::kCuda ? "cuda" : "cpu";
+  if (r.key != key_ || r.backend != want) {
+    table.disable(key_, "record does not belong to this key or backend");
+    return;
+  }
+  auto spec = parse_launch_spec(r.launch);
+  if (!spec) return table.disable(key_, "launch spec: " + spec.status().to_string());
+  Binding b = binding(eager_outs);
+  auto resolved = resolve(spec.value(), b);
+  if (!resolved) return table.disable(key_, "launch spec: " + resolved.status().to_string());
+  Backend* be = nullptr;
+  if (dev_ == Dev::kCpu) {
+    be = &cpu_backend();
+  } else {
+    auto cb = cuda_backend(device_);
+    if (!cb) return table.disable(key_, "cuda backend: " + cb.status().to_string());
+    be = cb.value();
+  }
+  auto launcher = be->load(r.blob, resolved.value());
+  if (!launcher) return table.disable(key_, "load: " + launcher.status().to_string());
+  auto k = std::make_shared<LoadedKernel>();
+  k->key = key_;
+  k->record = loading_;
+  k->spec = std::move(resolved.value());
+  for (size_t j = nt_; j < b.tensors.size(); ++j) k->outputs.push_back(b.tensors[j]);
+  k->launcher = std::move(launcher.value());
+  table.install(std::move(k));
+}
+
+Status Call::launch(LoadedKernel& k, std::vector<at::Tensor>& outs) {
+  const at::Tensor& lead = *tensors_[0];
+  outs.reserve(k.outputs.size());
+  std::array<void*, 16> ptrs{};
+  const int nslots = k.spec.num_slots();
+  if (nslots > static_cast<int>(ptrs.size()) || nt_ + static_cast<int>(k.outputs.size()) != k.spec.num_tensor_slots)
+    return Status::error(Code::kInvalid, "kernel's slots do not match the call");
+  int slot = 0;
+  for (int j = 0; j < nt_; ++j) ptrs[slot++] = tensors_[j]->defined() ? tensors_[j]->data_ptr() : nullptr;
+  for (const TensorMeta& m : k.outputs) {
+    if (!m.defined) {
+      outs.emplace_back();
+      ptrs[slot++] = nullptr;
+      continue;
+    }
+    at::ScalarType st = at::kFloat;
+    switch (m.dtype) {
+      case DType::kF32: st = at::kFloat; break;
+      case DType::kF64: st = at::kDouble; break;
+      case DType::kF16: st = at::kHalf; break;
+      case DType::kBF16: st = at::kBFloat16; break;
+      case DType::kI64: st = at::kLong; break;
+      case DType::kI32: st = at::kInt; break;
+      default: return Status::error(Code::kUnsupported, "output dtype");
+    }
+    outs.push_back(at::empty_strided(m.sizes, m.strides, lead.options().dtype(st)));
+    ptrs[slot++] = outs.back().data_ptr();
+  }
+  std::vector<at::Tensor> scratch;
+  for (int64_t bytes : k.spec.scratch_bytes) {
+    scratch.push_back(at::empty({bytes}, lead.options().dtype(at::kByte)));
+    ptrs[slot++] = scratch.back().data_ptr();
+  }
+  ExecContext ctx;
+  if (dev_ == Dev::kCuda) {
+    if (!cuda_hooks().stream) return Status::error(Code::kUnavailable, "no CUDA stream hook");
+    ctx.stream = cuda_hooks().stream(device_);
+  } else {
+    static const ParallelFor pf = [](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+      at::parallel_for(0, n, 1, fn);
+    };
+    ctx.parallel_for = pf;
+  }
+  return k.launcher->run(ptrs.data(), ctx);
+}
+
+}  // namespace kc::dispatch

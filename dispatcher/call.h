@@ -1,0 +1,89 @@
+// One intercepted call: collects the arguments, builds the key, and serves a cached kernel or runs
+// the original implementation. Used by the per-op wrappers (wrappers.inc) for both backends.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "dispatcher/state.h"
+#include "kernel_cache/key.h"
+#include "runtime/tensor_meta.h"
+
+namespace kc::dispatch {
+
+DType to_dtype(at::ScalarType t);
+TensorMeta to_meta(const char* name, const at::Tensor& t);
+
+// Results of aten ops as a flat list of tensors and back.
+inline std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
+inline std::vector<at::Tensor> as_list(const std::tuple<at::Tensor, at::Tensor, at::Tensor>& t) {
+  return {std::get<0>(t), std::get<1>(t), std::get<2>(t)};
+}
+template <class R> R from_list(std::vector<at::Tensor>& v);
+template <> inline at::Tensor from_list<at::Tensor>(std::vector<at::Tensor>& v) { return std::move(v[0]); }
+template <> inline std::tuple<at::Tensor, at::Tensor, at::Tensor> from_list(std::vector<at::Tensor>& v) {
+  return {std::move(v[0]), std::move(v[1]), std::move(v[2])};
+}
+
+// Device-specific pieces, installed by register_cuda.cpp when built with CUDA.
+struct DeviceHooks {
+  void* (*stream)(int device) = nullptr;       // PyTorch's current stream on `device`
+  bool (*capturing)(int device) = nullptr;     // is that stream capturing a CUDA graph?
+};
+DeviceHooks& cuda_hooks();
+
+class Call {
+ public:
+  static constexpr int kMaxTensors = 8;
+  static constexpr int kMaxScalars = 4;
+
+  // lead: the tensor whose device the call runs on (the op's first tensor argument).
+  Call(OpId op, Dev dev, const at::Tensor& lead);
+  bool active() const { return active_; }   // false: the op is switched off, run eager untouched
+
+  void t(const char* name, const at::Tensor& x);
+  void t(const char* name, const std::optional<at::Tensor>& x);
+  void i(const char* name, int64_t v);
+  void d(const char* name, double v);
+  void b(const char* name, bool v);
+  void s(const char* name, std::string_view v);
+  void list(const char* name, at::IntArrayRef v);
+
+  template <class R, class Eager>
+  R run(Eager&& eager) {
+    if (!active_) return eager();
+    std::vector<at::Tensor> outs;
+    Outcome o = before(outs);
+    if (o == Outcome::kServed) return from_list<R>(outs);
+    R r = eager();
+    if (o == Outcome::kLoad) after_load(as_list(r));
+    return r;
+  }
+
+ private:
+  enum class Outcome { kServed, kEager, kLoad };
+  Outcome before(std::vector<at::Tensor>& outs);   // serve if possible; counts the call
+  void after_load(const std::vector<at::Tensor>& eager_outs);
+  Status launch(LoadedKernel& k, std::vector<at::Tensor>& outs);
+  Binding binding(const std::vector<at::Tensor>& outs) const;
+  bool capturing() const;
+
+  OpId op_;
+  Dev dev_;
+  bool active_;
+  int device_ = 0;
+  std::optional<KeyBuilder> kb_;
+  std::string key_;
+  std::shared_ptr<const Record> loading_;
+  std::array<const at::Tensor*, kMaxTensors> tensors_{};
+  std::array<const char*, kMaxTensors> tnames_{};
+  int nt_ = 0;
+  std::array<ScalarArg, kMaxScalars> scalars_;
+  int ns_ = 0;
+};
+
+}  // namespace kc::dispatch

@@ -1,0 +1,74 @@
+// The serving state of this process: configuration, per-op switches and counters, the kernel table,
+// the backends' target strings, and the record of missed keys. One instance per process.
+#pragma once
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernel_cache/kernel_table.h"
+#include "runtime/config.h"
+#include "runtime/ops.h"
+
+namespace kc::dispatch {
+
+enum class Dev { kCpu, kCuda };
+
+struct OpCounters {
+  std::atomic<uint64_t> hits{0};        // served by a cached kernel
+  std::atomic<uint64_t> misses{0};      // no kernel for the key: eager
+  std::atomic<uint64_t> fallbacks{0};   // a kernel exists but eager ran (loading, disabled, failed)
+};
+
+class State {
+ public:
+  static State& get();
+
+  bool on(OpId op) const { return enabled_[static_cast<int>(op)].load(std::memory_order_relaxed); }
+  void set_on(OpId op, bool v) { enabled_[static_cast<int>(op)].store(v); }
+  bool registered(OpId op) const { return registered_[static_cast<int>(op)].load(); }
+  void set_registered(OpId op) { registered_[static_cast<int>(op)].store(true); }
+  OpCounters& counters(OpId op) { return counters_[static_cast<int>(op)]; }
+  void reset_counters();
+
+  KernelTable& table();
+  const char* policy() const { return policy_.load(std::memory_order_relaxed); }
+  // The target string keys are built with: cpu_backend().target_id() or the CUDA device's.
+  const std::string& target(Dev dev, int device);
+
+  // First miss of a key in this process: remembered (bounded) and appended to the miss log.
+  void record_miss(const std::string& key);
+  std::vector<std::string> missed_keys() const;
+
+  Config config() const;
+  // Applies a JSON config at run time: switches, cache dir (reopens the table), miss log, ...
+  Status configure(const nlohmann::json& j);
+  nlohmann::json status_json();
+
+ private:
+  State();
+  void apply_switches();
+
+  mutable std::mutex mu_;
+  Config cfg_;
+  std::atomic<const char*> policy_{"fp32"};   // points at a string literal
+  std::array<std::atomic<bool>, kNumOps> enabled_{};
+  std::array<std::atomic<bool>, kNumOps> registered_{};
+  std::array<OpCounters, kNumOps> counters_{};
+  std::unique_ptr<KernelTable> table_;
+  std::string cpu_target_;
+  std::vector<std::string> cuda_targets_;
+  std::vector<std::string> missed_;
+  std::unordered_set<std::string> missed_set_;
+};
+
+// Registers the interception kernels for every op in `ops` not yet registered (CPU, and CUDA when
+// built with it). Safe to call again with more ops.
+void register_ops(const std::vector<std::string>& ops);
+
+}  // namespace kc::dispatch

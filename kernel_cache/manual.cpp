@@ -1,0 +1,52 @@
+// make_manual_record / put_record.
+#include "kernel_cache/manual.h"
+
+#include <cstdlib>
+#include <ctime>
+
+#include "kernel_cache/key.h"
+#include "kernel_cache/store.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/launch_spec.h"
+
+namespace kc {
+
+Result<Record> make_manual_record(const std::string& key, const std::string& source,
+                                  const nlohmann::json& launch, const std::string& by) {
+  std::string op = key_op(key), target = key_target(key);
+  if (op.empty() || target.empty()) return Status::error(Code::kInvalid, "not a kernelcraft key: " + key);
+  auto spec = parse_launch_spec(launch);
+  if (!spec) return spec.status();
+  Record r;
+  r.key = key;
+  r.op = op;
+  r.source = source;
+  r.launch = to_json(spec.value());
+  Result<CompileOutput> out = Status::error(Code::kUnsupported, "unknown target '" + target + "'");
+  if (target.rfind("cpu-", 0) == 0) {
+    if (target != cpu_backend().target_id())
+      return Status::error(Code::kInvalid, "key is for CPU target " + target + " but this machine is " +
+                                               cpu_backend().target_id());
+    r.backend = "cpu";
+    out = cpu_backend().compile(source);
+  } else if (target.rfind("cuda-sm_", 0) == 0) {
+    r.backend = "cuda";
+    int sm = std::atoi(target.c_str() + 8);
+    if (sm <= 0) return Status::error(Code::kInvalid, "cannot read the architecture in " + target);
+    out = nvrtc_compile(source, sm);
+  }
+  if (!out) return out.status();
+  r.blob = std::move(out->binary);
+  r.meta["compile"] = {{"log", out->log}, {"ms", out->millis}};
+  r.meta["provenance"] = {{"by", by}, {"verified", false}, {"created", static_cast<int64_t>(std::time(nullptr))}};
+  return r;
+}
+
+Status put_record(const std::string& dir, const Record& r) {
+  auto store = Store::open(dir, Store::Mode::kWriter);
+  if (!store) return store.status();
+  return store.value()->put(r.key, encode_record(r));
+}
+
+}  // namespace kc

@@ -1,0 +1,21 @@
+// Hand-made records: compile a kernel someone wrote for a key and store it (CLI `cache put`,
+// torch.ops.kernelcraft.put_kernel). Such records say so in meta.provenance ("verified": false).
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kernel_cache/record.h"
+#include "runtime/status.h"
+
+namespace kc {
+
+// Compiles `source` for the target named in `key` (the CPU backend for "cpu-*" targets, which
+// must be this machine's; NVRTC for "cuda-sm_XX*") and returns a "served" record.
+Result<Record> make_manual_record(const std::string& key, const std::string& source,
+                                  const nlohmann::json& launch, const std::string& by);
+
+// Opens `dir` as the writer (waiting for the lock), stores `r` under r.key, closes it again.
+Status put_record(const std::string& dir, const Record& r);
+
+}  // namespace kc

@@ -1,0 +1,109 @@
+// libkernelcraft.so's entry: torch.ops.kernelcraft.* (control and introspection) and, at load,
+// registration of the interception kernels for the configured ops.
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include "dispatcher/state.h"
+#include "kernel_cache/manual.h"
+#include "runtime/log.h"
+
+namespace kc {
+namespace {
+
+using dispatch::State;
+
+std::vector<OpId> resolve_ops(const std::vector<std::string>& names) {
+  std::vector<OpId> ids;
+  for (const auto& n : names) {
+    auto id = op_by_name(n);
+    TORCH_CHECK(id.has_value(), "kernelcraft: unknown op '", n, "' (see `kernelcraft ops`)");
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+void set_enabled(const std::vector<std::string>& names, bool on) {
+  Config c = State::get().config();
+  nlohmann::json j;
+  if (names.empty()) {
+    j["enabled"] = on;
+  } else {
+    resolve_ops(names);   // user mistakes raise here, before anything changes
+    std::vector<std::string> ops = c.ops;
+    for (const auto& n : names) {
+      std::string canon = op_info(*op_by_name(n)).name;
+      auto it = std::find(ops.begin(), ops.end(), canon);
+      if (on && it == ops.end()) ops.push_back(canon);
+      if (!on && it != ops.end()) ops.erase(it);
+    }
+    j["ops"] = ops;
+    if (on) j["enabled"] = true;
+  }
+  Status s = State::get().configure(j);
+  TORCH_CHECK(s.is_ok(), "kernelcraft: ", s.to_string());
+}
+
+void op_enable(c10::List<std::string> ops) { set_enabled({ops.begin(), ops.end()}, true); }
+void op_disable(c10::List<std::string> ops) { set_enabled({ops.begin(), ops.end()}, false); }
+std::string op_status() { return State::get().status_json().dump(); }
+void op_reset_counters() { State::get().reset_counters(); }
+
+void op_configure(std::string json) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  TORCH_CHECK(!j.is_discarded(), "kernelcraft.configure: not valid JSON");
+  Status s = State::get().configure(j);
+  TORCH_CHECK(s.is_ok(), "kernelcraft.configure: ", s.to_string());
+}
+
+std::vector<std::string> op_missed_keys() { return State::get().missed_keys(); }
+
+std::string op_config() { return to_json(State::get().config()).dump(); }
+
+std::string op_put_kernel(std::string key, std::string source, std::string launch_json) {
+  nlohmann::json launch = nlohmann::json::parse(launch_json, nullptr, false);
+  TORCH_CHECK(!launch.is_discarded(), "kernelcraft.put_kernel: launch spec is not valid JSON");
+  auto rec = make_manual_record(key, source, launch, "torch.ops.kernelcraft.put_kernel");
+  TORCH_CHECK(rec.is_ok(), "kernelcraft.put_kernel: ", rec.status().to_string());
+  Config c = State::get().config();
+  TORCH_CHECK(!c.cache_readonly, "kernelcraft.put_kernel: the cache is configured read-only");
+  Status s = put_record(State::get().table().dir(), rec.value());
+  TORCH_CHECK(s.is_ok(), "kernelcraft.put_kernel: ", s.to_string());
+  State::get().table().forget(key);
+  return record_summary(rec.value()).dump();
+}
+
+void op_forget() { State::get().table().forget_all(); }
+
+bool already_loaded() {
+  return c10::Dispatcher::singleton().findSchema({"kernelcraft::status", ""}).has_value();
+}
+
+struct Init {
+  Init() {
+    try {
+      if (already_loaded()) {
+        log(LogLevel::kWarn, "another copy of libkernelcraft is already loaded; this one stays inactive");
+        return;
+      }
+      // Leaked: the library stays registered for the life of the process.
+      auto* lib = new torch::Library(torch::Library::DEF, "kernelcraft", std::nullopt, __FILE__, __LINE__);
+      lib->def("enable(str[] ops=[]) -> ()", &op_enable);
+      lib->def("disable(str[] ops=[]) -> ()", &op_disable);
+      lib->def("status() -> str", &op_status);
+      lib->def("reset_counters() -> ()", &op_reset_counters);
+      lib->def("configure(str json) -> ()", &op_configure);
+      lib->def("config() -> str", &op_config);
+      lib->def("missed_keys() -> str[]", &op_missed_keys);
+      lib->def("put_kernel(str key, str source, str launch) -> str", &op_put_kernel);
+      lib->def("forget() -> ()", &op_forget);
+      dispatch::register_ops(State::get().config().ops);
+    } catch (const std::exception& e) {
+      log(LogLevel::kError, std::string("initialisation failed, nothing is intercepted: ") + e.what());
+    }
+  }
+};
+Init init_;
+
+}  // namespace
+}  // namespace kc
