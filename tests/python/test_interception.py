@@ -1,0 +1,126 @@
+"""Interception on the CPU key: every default op is caught, counted, and falls back bit-identically."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import kc, status
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def inputs(dtype):
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(37, 64, generator=g, dtype=torch.float64).to(dtype)
+    return {
+        "contiguous": base,
+        "transposed": base.t(),
+        "sliced": base[:, 1::3],
+        "offset": base.reshape(-1)[1:1 + 31 * 64].reshape(31, 64),
+        "empty": base[:0],
+        "scalar": base[0, 0].clone(),
+        "with_nan": torch.where(base > 1.5, torch.full_like(base, float("nan")), base),
+    }
+
+
+FORWARD = {
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "softmax": lambda x: torch.softmax(x, dim=-1),
+    "log_softmax": lambda x: torch.log_softmax(x, dim=0 if x.dim() else -1),
+    "layer_norm": lambda x: F.layer_norm(x, x.shape[-1:]) if x.dim() else x,
+}
+
+
+def eager(fn, x):
+    kc.disable()
+    try:
+        return fn(x)
+    finally:
+        kc.enable()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", FORWARD)
+def test_fallback_is_bit_identical(fresh_cache, name, dtype):
+    fn = FORWARD[name]
+    for label, x in inputs(dtype).items():
+        if name in ("softmax", "log_softmax", "layer_norm") and dtype in (torch.float16,) and label == "scalar":
+            continue
+        want = eager(fn, x)
+        got = fn(x)
+        assert got.dtype == want.dtype and got.shape == want.shape, label
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True, msg=f"{name}/{label}")
+
+
+def test_calls_are_counted(fresh_cache):
+    x = torch.randn(8, 16)
+    torch.relu(x)
+    torch.relu(x)
+    torch.softmax(x, dim=1)
+    F.layer_norm(x, (16,))
+    s = status()
+    assert s["ops"]["relu"]["misses"] == 2
+    assert s["ops"]["softmax"]["misses"] == 1
+    assert s["ops"]["layer_norm"]["misses"] == 1
+    assert s["total"]["calls"] == 4
+    assert s["ops"]["relu"]["intercepted"] is True
+    # one key per distinct call signature
+    keys = kc.missed_keys()
+    assert any("aten::relu" in k for k in keys)
+    assert any("aten::native_layer_norm" in k for k in keys)
+
+
+def test_disable_some_ops(fresh_cache):
+    x = torch.randn(4, 4)
+    kc.disable(["relu"])
+    torch.relu(x)
+    torch.sigmoid(x)
+    s = status()
+    assert s["ops"]["relu"]["misses"] == 0 and s["ops"]["relu"]["intercepted"] is False
+    assert s["ops"]["sigmoid"]["misses"] == 1
+    kc.enable(["relu"])
+    torch.relu(x)
+    assert status()["ops"]["relu"]["misses"] == 1
+
+
+def test_unknown_op_is_a_user_error(fresh_cache):
+    with pytest.raises(RuntimeError, match="unknown op"):
+        kc.disable(["not_an_op"])
+
+
+def test_out_and_inplace_variants_still_work(fresh_cache):
+    x = torch.randn(10, 10)
+    out = torch.empty(10, 10)
+    torch.sigmoid(x, out=out)
+    torch.testing.assert_close(out, eager(torch.sigmoid, x), rtol=0, atol=0)
+    y = x.clone()
+    torch.relu_(y)
+    torch.testing.assert_close(y, eager(torch.relu, x), rtol=0, atol=0)
+
+
+def test_integer_and_bool_inputs_fall_back(fresh_cache):
+    x = torch.arange(-5, 5)
+    torch.testing.assert_close(torch.relu(x), eager(torch.relu, x), rtol=0, atol=0)
+
+
+def test_status_is_json_with_cache_path(fresh_cache):
+    s = status()
+    assert s["cache"]["dir"] == str(fresh_cache)
+    assert s["cache"]["state"] in ("missing", "open", "not opened")
+    assert set(s["total"]) >= {"hits", "misses", "fallbacks", "calls"}
+
+
+def test_configure_rejects_bad_json(fresh_cache):
+    with pytest.raises(RuntimeError):
+        kc.configure("{not json")
+    with pytest.raises(RuntimeError):
+        kc.configure(json.dumps({"no_such_setting": 1}))
+    # still working afterwards
+    torch.relu(torch.randn(3))
+    assert status()["ops"]["relu"]["misses"] == 1

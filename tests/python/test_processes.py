@@ -1,0 +1,194 @@
+"""Several processes, one cache; broken caches and bad configuration never break the user's program."""
+import json
+import os
+import stat
+import textwrap
+
+import pytest
+
+from conftest import KERNELS, run_python
+
+# Child processes load the library and print one JSON line on stdout.
+CHILD_PRELUDE = textwrap.dedent("""
+    import json, os, sys, time
+    torch.ops.load_library(LIB)
+    kc = torch.ops.kernelcraft
+""")
+
+
+def child(code, **env):
+    r = run_python(CHILD_PRELUDE + textwrap.dedent(code), env={k: str(v) for k, v in env.items()})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_two_processes_share_one_cache(tmp_path):
+    cache = tmp_path / "shared"
+    # process A finds the key and puts a kernel; process B, started afterwards, serves it.
+    out, _ = child(f"""
+        x = torch.randn(300, 7)
+        torch.relu(x)
+        key = [k for k in kc.missed_keys() if 'aten::relu' in k][0]
+        kc.put_kernel(key, open({str(KERNELS / 'relu_cpu.cpp')!r}).read(), open({str(KERNELS / 'relu_cpu.json')!r}).read())
+        print(json.dumps({{"key": key}}))
+    """, KERNELCRAFT_CACHE_DIR=cache)
+    out2, _ = child("""
+        x = torch.randn(300, 7)
+        torch.relu(x); y = torch.relu(x)
+        ok = torch.equal(y, x.clamp_min(0))
+        s = json.loads(kc.status())
+        print(json.dumps({"hits": s["ops"]["relu"]["hits"], "ok": ok}))
+    """, KERNELCRAFT_CACHE_DIR=cache)
+    assert out2 == {"hits": 1, "ok": True}
+
+
+def test_reader_sees_a_kernel_written_while_it_runs(tmp_path):
+    cache = tmp_path / "live"
+    flag = tmp_path / "go"
+    # B starts first and misses; A writes; B keeps calling and is served after catching up.
+    code_b = f"""
+        x = torch.randn(513)
+        torch.relu(x)
+        key = kc.missed_keys()[0]
+        open({str(tmp_path / 'key')!r}, 'w').write(key)
+        deadline = time.time() + 60
+        while not os.path.exists({str(flag)!r}) and time.time() < deadline:
+            time.sleep(0.05)
+        hits = 0
+        while time.time() < deadline and hits == 0:
+            torch.relu(x); time.sleep(0.02)
+            hits = json.loads(kc.status())["ops"]["relu"]["hits"]
+        print(json.dumps({{"hits": hits}}))
+    """
+    import subprocess, sys, time
+    from conftest import LIB
+    env = dict(os.environ, KERNELCRAFT_CACHE_DIR=str(cache), KERNELCRAFT_CATCH_UP_MS="20")
+    b = subprocess.Popen([sys.executable, "-c", f"import json, torch\nLIB={LIB!r}\n" + CHILD_PRELUDE + textwrap.dedent(code_b)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    keyfile = tmp_path / "key"
+    t0 = time.time()
+    while not keyfile.exists() and time.time() - t0 < 60:
+        time.sleep(0.05)
+    key = keyfile.read_text()
+    child(f"""
+        kc.put_kernel({key!r}, open({str(KERNELS / 'relu_cpu.cpp')!r}).read(), open({str(KERNELS / 'relu_cpu.json')!r}).read())
+        print(json.dumps({{}}))
+    """, KERNELCRAFT_CACHE_DIR=cache)
+    flag.write_text("go")
+    out, err = b.communicate(timeout=120)
+    assert b.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["hits"] >= 1
+
+
+def test_concurrent_writers_do_not_corrupt(tmp_path):
+    cache = tmp_path / "writers"
+    import subprocess, sys
+    from conftest import LIB
+    code = CHILD_PRELUDE + textwrap.dedent(f"""
+        n = int(sys.argv[1])
+        for i in range(4):
+            x = torch.randn(100 + 10 * n + i)
+            torch.relu(x)
+        for key in kc.missed_keys():
+            kc.put_kernel(key, open({str(KERNELS / 'relu_cpu.cpp')!r}).read(), open({str(KERNELS / 'relu_cpu.json')!r}).read())
+        print(json.dumps({{"n": len(kc.missed_keys())}}))
+    """)
+    env = dict(os.environ, KERNELCRAFT_CACHE_DIR=str(cache))
+    procs = [subprocess.Popen([sys.executable, "-c", f"import json, torch\nLIB={LIB!r}\n" + code, str(n)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err
+    out, _ = child("""
+        hits = 0
+        for n in range(3):
+            for i in range(4):
+                x = torch.randn(100 + 10 * n + i)
+                torch.relu(x); y = torch.relu(x)
+                assert torch.equal(y, x.clamp_min(0))
+        print(json.dumps(json.loads(kc.status())["ops"]["relu"]))
+    """, KERNELCRAFT_CACHE_DIR=cache)
+    assert out["hits"] == 12
+
+
+@pytest.mark.parametrize("damage", ["garbage_files", "not_a_directory", "unreadable"])
+def test_broken_cache_means_eager_and_one_line(tmp_path, damage):
+    cache = tmp_path / "broken"
+    if damage == "garbage_files":
+        cache.mkdir()
+        (cache / "CURRENT").write_text("MANIFEST-999999\n")
+        (cache / "MANIFEST-999999").write_bytes(os.urandom(300))
+    elif damage == "not_a_directory":
+        cache.write_text("I am a file")
+    else:
+        cache.mkdir()
+        (cache / "CURRENT").write_text("MANIFEST-000001\n")
+        os.chmod(cache, 0)
+    try:
+        out, err = child("""
+            x = torch.randn(50, 3)
+            ok = all(torch.equal(torch.relu(x), x.clamp_min(0)) for _ in range(5))
+            s = json.loads(kc.status())
+            print(json.dumps({"ok": ok, "state": s["cache"]["state"], "misses": s["ops"]["relu"]["misses"]}))
+        """, KERNELCRAFT_CACHE_DIR=cache)
+    finally:
+        if cache.is_dir():
+            os.chmod(cache, stat.S_IRWXU)
+    assert out["ok"] and out["misses"] == 5
+    lines = [l for l in err.splitlines() if l.startswith("[kernelcraft]")]
+    assert len(lines) <= 1, err
+
+
+def test_ops_env_and_config_file(tmp_path):
+    cfg = tmp_path / "kc.json"
+    cfg.write_text(json.dumps({"ops": ["relu", "softmax"]}))
+    out, _ = child("""
+        x = torch.randn(4, 4)
+        torch.relu(x); torch.softmax(x, 1); torch.sigmoid(x)
+        s = json.loads(kc.status())["ops"]
+        print(json.dumps({k: v["misses"] for k, v in s.items()}))
+    """, KERNELCRAFT_CONFIG=cfg, KERNELCRAFT_CACHE_DIR=tmp_path / "c")
+    assert out == {"relu": 1, "softmax": 1}
+    out, _ = child("""
+        x = torch.randn(4, 4)
+        torch.relu(x); torch.softmax(x, 1); torch.sigmoid(x)
+        s = json.loads(kc.status())["ops"]
+        print(json.dumps({k: v["misses"] for k, v in s.items()}))
+    """, KERNELCRAFT_OPS="default,-relu", KERNELCRAFT_CACHE_DIR=tmp_path / "c")
+    assert "relu" not in out and out["softmax"] == 1 and out["sigmoid"] == 1
+
+
+def test_bad_config_warns_once_and_runs(tmp_path):
+    cfg = tmp_path / "bad.json"
+    cfg.write_text("{ this is not json")
+    out, err = child("""
+        x = torch.randn(4)
+        print(json.dumps({"ok": torch.equal(torch.relu(x), x.clamp_min(0))}))
+    """, KERNELCRAFT_CONFIG=cfg, KERNELCRAFT_OPS="relu,bogus", KERNELCRAFT_CACHE_DIR=tmp_path / "c")
+    assert out["ok"]
+    assert "KERNELCRAFT_CONFIG" in err and "KERNELCRAFT_OPS" in err
+
+
+def test_loading_twice_and_late_loading_is_safe(tmp_path):
+    out, err = child("""
+        x = torch.randn(5)
+        a = torch.relu(x)                      # ops ran before the library was loaded
+        torch.ops.load_library(LIB)            # second load of the same path
+        import shutil, tempfile
+        copy = os.path.join(tempfile.mkdtemp(), "libkernelcraft_copy.so")
+        shutil.copy(LIB, copy)
+        torch.ops.load_library(copy)           # another copy of the library: stays inactive
+        kc.reset_counters(); torch.relu(x)
+        print(json.dumps({"misses": json.loads(kc.status())["ops"]["relu"]["misses"]}))
+    """, KERNELCRAFT_CACHE_DIR=tmp_path / "c")
+    assert out == {"misses": 1}
+    assert "already loaded" in err
+
+
+def test_global_disable_env(tmp_path):
+    out, _ = child("""
+        torch.relu(torch.randn(3))
+        s = json.loads(kc.status())
+        print(json.dumps({"enabled": s["enabled"], "calls": s["total"]["calls"]}))
+    """, KERNELCRAFT_DISABLE=1, KERNELCRAFT_CACHE_DIR=tmp_path / "c")
+    assert out == {"enabled": False, "calls": 0}

@@ -1,0 +1,86 @@
+"""A kernel put into the cache for a key is served for that key only, and its result is used."""
+import json
+
+import pytest
+import torch
+
+from conftest import kc, kernel_source, status
+
+
+def relu_key(x):
+    kc.reset_counters()
+    before = set(kc.missed_keys())
+    torch.relu(x)
+    new = [k for k in kc.missed_keys() if k not in before and "aten::relu" in k]
+    assert len(new) == 1, new
+    return new[0]
+
+
+def put_relu(key):
+    summary = json.loads(kc.put_kernel(key, kernel_source("relu_cpu.cpp"), kernel_source("relu_cpu.json")))
+    assert summary["backend"] == "cpu" and summary["blob"]["bytes"] > 0
+    return summary
+
+
+def test_inserted_kernel_is_served_for_its_key_only(fresh_cache):
+    x = torch.randn(1000, 37)
+    key = relu_key(x)
+    put_relu(key)
+    kc.reset_counters()
+    first = torch.relu(x)          # loads the kernel (this call runs eager)
+    assert status()["ops"]["relu"]["fallbacks"] == 1
+    for _ in range(3):
+        y = torch.relu(x)
+        torch.testing.assert_close(y, first, rtol=0, atol=0)
+    s = status()
+    assert s["ops"]["relu"]["hits"] == 3
+    assert s["cache"]["loaded_kernels"] == 1
+    # other shapes, strides, dtypes miss
+    kc.reset_counters()
+    torch.relu(torch.randn(1000, 38))
+    torch.relu(x.t())
+    torch.relu(x.double())
+    torch.relu(x[:, 1:])
+    s = status()
+    assert s["ops"]["relu"]["hits"] == 0 and s["ops"]["relu"]["misses"] == 4
+
+
+def test_served_result_is_the_kernels(fresh_cache):
+    """Proof that the served path runs the stored kernel and not eager: a deliberately different
+    kernel (relu6-like clamp) is put under a relu key; the library serves what the cache holds
+    (verification is the evolution path's job, not the serving path's)."""
+    x = torch.linspace(-10, 10, 4096)
+    key = relu_key(x)
+    src = kernel_source("relu_cpu.cpp").replace("? v : 0.0f", "? (v > 6.0f ? 6.0f : v) : 0.0f")
+    kc.put_kernel(key, src, kernel_source("relu_cpu.json"))
+    torch.relu(x)   # load
+    y = torch.relu(x)
+    assert status()["ops"]["relu"]["hits"] == 1
+    assert y.max().item() == 6.0
+    kc.disable(["relu"])
+    assert torch.relu(x).max().item() == 10.0
+    kc.enable(["relu"])
+
+
+def test_broken_record_falls_back_with_one_line(fresh_cache, capfd):
+    x = torch.randn(64)
+    key = relu_key(x)
+    spec = json.loads(kernel_source("relu_cpu.json"))
+    spec["launches"][0]["entry"] = "no_such_symbol"
+    kc.put_kernel(key, kernel_source("relu_cpu.cpp"), json.dumps(spec))
+    for _ in range(3):
+        torch.testing.assert_close(torch.relu(x), x.clamp_min(0), rtol=0, atol=0)
+    err = capfd.readouterr().err
+    assert err.count("kernel disabled") == 1
+    assert status()["ops"]["relu"]["hits"] == 0
+
+
+def test_put_kernel_rejects_bad_input(fresh_cache):
+    x = torch.randn(8)
+    key = relu_key(x)
+    with pytest.raises(RuntimeError, match="compile"):
+        kc.put_kernel(key, "this is not C++", kernel_source("relu_cpu.json"))
+    with pytest.raises(RuntimeError):
+        kc.put_kernel("not-a-key", kernel_source("relu_cpu.cpp"), kernel_source("relu_cpu.json"))
+    with pytest.raises(RuntimeError):
+        kc.put_kernel(key, kernel_source("relu_cpu.cpp"), "{}")

@@ -1,0 +1,71 @@
+// Configuration: op lists, JSON application, environment precedence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "runtime/config.h"
+#include "runtime/ops.h"
+
+namespace kc {
+namespace {
+
+TEST(Config, OpListForms) {
+  auto all = parse_op_list("all");
+  ASSERT_TRUE(all.is_ok());
+  EXPECT_EQ(all->size(), static_cast<size_t>(kNumOps));
+  auto some = parse_op_list("relu, softmax");
+  ASSERT_TRUE(some.is_ok());
+  EXPECT_EQ(some.value(), (std::vector<std::string>{"relu", "softmax"}));
+  auto minus = parse_op_list("-gelu,-aten::_softmax");
+  ASSERT_TRUE(minus.is_ok());
+  EXPECT_EQ(std::count(minus->begin(), minus->end(), "gelu"), 0);
+  EXPECT_EQ(std::count(minus->begin(), minus->end(), "softmax"), 0);
+  EXPECT_EQ(std::count(minus->begin(), minus->end(), "relu"), 1);
+  auto none = parse_op_list("none");
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_TRUE(none->empty());
+  auto bad = parse_op_list("relu,nonsense");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalid);
+  EXPECT_NE(bad.status().message().find("nonsense"), std::string::npos);
+}
+
+TEST(Config, ApplyJsonIsAllOrNothing) {
+  Config c;
+  c.cxx = "g++";
+  Status s = apply_json(c, nlohmann::json{{"cxx", "clang++"}, {"precision", "fp8"}});
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_EQ(c.cxx, "g++");   // unchanged on error
+  ASSERT_TRUE(apply_json(c, nlohmann::json{{"cxx", "clang++"}, {"ops", {"relu"}}, {"catch_up_ms", 7}}).is_ok());
+  EXPECT_EQ(c.cxx, "clang++");
+  EXPECT_EQ(c.ops, std::vector<std::string>{"relu"});
+  EXPECT_EQ(c.catch_up_ms, 7);
+  EXPECT_FALSE(apply_json(c, nlohmann::json{{"unknown_key", 1}}).is_ok());
+  EXPECT_FALSE(apply_json(c, nlohmann::json{{"enabled", "yes"}}).is_ok());
+  EXPECT_FALSE(apply_json(c, nlohmann::json::array()).is_ok());
+}
+
+TEST(Config, FileThenEnvironment) {
+  std::string path = ::testing::TempDir() + "/kc_config_test.json";
+  std::ofstream(path) << R"({"ops": "relu,gelu", "cache_dir": "/from/file", "precision": "tf32"})";
+  setenv("KERNELCRAFT_CONFIG", path.c_str(), 1);
+  setenv("KERNELCRAFT_CACHE_DIR", "/from/env", 1);
+  Config c = load_config();
+  unsetenv("KERNELCRAFT_CONFIG");
+  unsetenv("KERNELCRAFT_CACHE_DIR");
+  EXPECT_EQ(c.ops, (std::vector<std::string>{"relu", "gelu"}));
+  EXPECT_EQ(c.cache_dir, "/from/env");
+  EXPECT_EQ(c.policy, "tf32");
+}
+
+TEST(Config, EveryFieldIsDocumented) {
+  Config c;
+  auto j = to_json(c);
+  EXPECT_EQ(j.size(), config_fields().size());
+  for (const auto& f : config_fields()) EXPECT_TRUE(j.contains(f.json_key)) << f.json_key;
+}
+
+}  // namespace
+}  // namespace kc
