@@ -15,4 +15,8 @@ namespace kc {
 // out of range are kInvalid with the position in the message.
 Result<int64_t> eval_int_expr(const std::string& text, const Binding& b);
 
+// Checks only the syntax (and literal overflow) of `text`, without a binding: names and
+// functions are accepted as long as they are well-formed. Used when a spec is parsed.
+Status check_int_expr(const std::string& text);
+
 }  // namespace kc
