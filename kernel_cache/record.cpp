@@ -1,0 +1,125 @@
+// Cache records <-> CBOR bytes, with every field checked on the way in: a stored record is
+// untrusted input (another version, a torn write, a hand-edited bundle) and must never be served
+// half-parsed.
+#include "kernel_cache/record.h"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace kc {
+namespace {
+
+using nlohmann::json;
+
+Status corrupt(const std::string& why) { return Status::error(Code::kCorrupt, "cache record: " + why); }
+
+Status need_string(const json& j, const char* field, std::string& out) {
+  auto it = j.find(field);
+  if (it == j.end()) return corrupt(std::string("missing field '") + field + "'");
+  if (!it->is_string()) return corrupt(std::string("field '") + field + "' is not a string");
+  out = it->get<std::string>();
+  return Status::ok();
+}
+
+Status need_object(const json& j, const char* field, json& out) {
+  auto it = j.find(field);
+  if (it == j.end()) return corrupt(std::string("missing field '") + field + "'");
+  if (!it->is_object()) return corrupt(std::string("field '") + field + "' is not an object");
+  out = *it;
+  return Status::ok();
+}
+
+uint64_t fnv1a64(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Result<Record> decode_object(const json& j) {
+  if (!j.is_object()) return corrupt("not a CBOR map");
+  auto f = j.find("format");
+  if (f == j.end()) return corrupt("missing field 'format'");
+  if (!f->is_number_integer()) return corrupt("field 'format' is not an integer");
+  // The version is checked before anything else: another format may lay out its fields differently.
+  if (f->get<int64_t>() != kRecordFormat)
+    return Status::error(Code::kUnsupported, "cache record format " + std::to_string(f->get<int64_t>()) +
+                                                 " (this build reads format " +
+                                                 std::to_string(kRecordFormat) + ")");
+  Record r;
+  KC_RETURN_IF_ERROR(need_string(j, "key", r.key));
+  KC_RETURN_IF_ERROR(need_string(j, "op", r.op));
+  KC_RETURN_IF_ERROR(need_string(j, "backend", r.backend));
+  KC_RETURN_IF_ERROR(need_string(j, "state", r.state));
+  KC_RETURN_IF_ERROR(need_string(j, "source", r.source));
+  KC_RETURN_IF_ERROR(need_object(j, "launch", r.launch));
+  KC_RETURN_IF_ERROR(need_object(j, "meta", r.meta));
+  // An unknown state must not be mistaken for "served": the server launches only what it knows.
+  if (r.state != "served" && r.state != "eager_best" && r.state != "disabled")
+    return corrupt("unknown state '" + r.state + "'");
+  if (r.key.empty()) return corrupt("empty key");
+  auto b = j.find("blob");
+  if (b == j.end()) return corrupt("missing field 'blob'");
+  if (!b->is_binary()) return corrupt("field 'blob' is not a byte string");
+  const auto& bin = b->get_binary();
+  r.blob.assign(reinterpret_cast<const char*>(bin.data()), bin.size());
+  return r;
+}
+
+}  // namespace
+
+std::string encode_record(const Record& r) {
+  json j = json::object();
+  j["format"] = r.format;
+  j["key"] = r.key;
+  j["op"] = r.op;
+  j["backend"] = r.backend;
+  j["state"] = r.state;
+  j["source"] = r.source;
+  // launch and meta are objects by contract; anything else is stored as an empty object so the
+  // record stays decodable (decode_record rejects non-objects).
+  j["launch"] = r.launch.is_object() ? r.launch : json::object();
+  j["meta"] = r.meta.is_object() ? r.meta : json::object();
+  j["blob"] = json::binary(json::binary_t::container_type(r.blob.begin(), r.blob.end()));
+  std::string out;
+  // to_cbor does not throw for values a json can hold; should that ever change, an empty value is
+  // what gets stored, and decode_record reports it as corrupt instead of the writer crashing.
+  try {
+    json::to_cbor(j, out);
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return out;
+}
+
+Result<Record> decode_record(const std::string& bytes) {
+  if (bytes.empty()) return corrupt("empty value");
+  try {
+    // strict: trailing bytes after the map mean a torn or concatenated value, not a record.
+    json j = json::from_cbor(bytes, /*strict=*/true, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return corrupt("bytes do not decode as CBOR");
+    return decode_object(j);
+  } catch (const std::exception& e) {
+    return corrupt(std::string("decode failed: ") + e.what());
+  }
+}
+
+json record_summary(const Record& r) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a64(r.blob)));
+  json j = json::object();
+  j["format"] = r.format;
+  j["key"] = r.key;
+  j["op"] = r.op;
+  j["backend"] = r.backend;
+  j["state"] = r.state;
+  j["source"] = r.source;
+  j["launch"] = r.launch;
+  j["meta"] = r.meta;
+  j["blob"] = {{"bytes", r.blob.size()}, {"fnv1a64", std::string(hex)}};
+  return j;
+}
+
+}  // namespace kc
