@@ -75,12 +75,42 @@ int main(int argc, char** argv) {
     else if (a == "--mode") mode = argv[++i];
     else if (a == "--n") n = std::atoll(argv[++i]);
     else if (a == "--direct") direct = true;
+    else if (a == "--compile-times") mode = "compile";
   }
   bool cuda = device == "cuda";
   at::Tensor x = at::randn({n}, at::TensorOptions().device(cuda ? at::kCUDA : at::kCPU));
   std::string suffix = cuda ? "cuda" : "cpu";
   std::string src = slurp(kernels + "/relu_" + suffix + (cuda ? ".cu" : ".cpp"));
   std::string spec_text = slurp(kernels + "/relu_" + suffix + ".json");
+
+  if (mode == "compile") {
+    // NVRTC compile (source -> CUBIN) and module load (CUBIN -> CUfunction), medians of 10.
+    kc::Backend* be = kc::cuda_backend(0).value();
+    std::vector<double> comp, load;
+    kc::Binding b;
+    kc::TensorMeta t;
+    t.name = "self"; t.sizes = {n}; t.strides = {1};
+    b.tensors.push_back(t);
+    t.name = "out0";
+    b.tensors.push_back(t);
+    auto spec = kc::resolve(kc::parse_launch_spec(nlohmann::json::parse(spec_text)).value(), b).value();
+    for (int i = 0; i < 10; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto bin = be->compile(src + "\n// variant " + std::to_string(i) + "\n");
+      auto t1 = std::chrono::steady_clock::now();
+      auto l = be->load(bin->binary, spec);
+      auto t2 = std::chrono::steady_clock::now();
+      if (!l) { std::fprintf(stderr, "%s\n", l.status().to_string().c_str()); return 1; }
+      comp.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      load.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    std::sort(comp.begin(), comp.end());
+    std::sort(load.begin(), load.end());
+    std::printf("{\"device\":\"cuda\",\"mode\":\"compile\",\"nvrtc_compile_ms_median\":%.2f,"
+                "\"nvrtc_compile_ms_min\":%.2f,\"module_load_ms_median\":%.3f,\"target\":\"%s\"}\n",
+                comp[5], comp[0], load[5], be->target_id().c_str());
+    return 0;
+  }
 
   if (direct) {
     // The same kernel, compiled and loaded by the runtime backend, launched without the dispatcher.

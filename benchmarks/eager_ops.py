@@ -1,0 +1,89 @@
+"""Eager times of the intercepted operators at the anchor shapes (shared/anchors/), with their
+memory floors, on the current GPU. Method: L2 flushed (a 256 MB write) before each timed call, CUDA
+events around the call, a device-wide synchronize before reading the end event, median of >= 30.
+
+    python3 benchmarks/eager_ops.py [--lib build/torch_ops/libkernelcraft.so] > eager.json
+With --lib the library is loaded (every call a miss), to show the miss costs nothing measurable.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+COPY_BW = 4.17e12  # bytes/s, measured device-to-device copy on the H200 (shared/anchors/)
+
+
+def bench(fn, reps=30, budget_s=2.0):
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    start_all = torch.cuda.Event(enable_timing=True)
+    end_all = torch.cuda.Event(enable_timing=True)
+    start_all.record()
+    while len(times) < reps or (len(times) < 200 and sum(times) < budget_s * 1e3 * 0.1):
+        flush.zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        torch.cuda.synchronize()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    end_all.record()
+    torch.cuda.synchronize()
+    times.sort()
+    return {"median_ms": statistics.median(times), "p10_ms": times[len(times) // 10],
+            "p90_ms": times[9 * len(times) // 10], "reps": len(times)}
+
+
+def cases():
+    d = "cuda"
+    ln_x = torch.randn(1, 64, 256, 256, device=d)
+    ln_w = torch.randn(64, 256, 256, device=d)
+    ln_b = torch.randn(64, 256, 256, device=d)
+    rms_x = torch.randn(16, 1024, 4096, device=d)
+    rms_w = torch.randn(4096, device=d)
+    sm_x = torch.randn(4096, 4096, device=d)
+    ew = torch.randn(16, 1024, 4096, device=d)
+    ln2_x = torch.randn(16, 1024, 4096, device=d)
+    ln2_w = torch.randn(4096, device=d)
+    ln2_b = torch.randn(4096, device=d)
+    nb = lambda *ts: sum(t.numel() * t.element_size() for t in ts)
+    yield "layer_norm (1,64,256,256) over (64,256,256)", lambda: F.layer_norm(ln_x, ln_x.shape[1:], ln_w, ln_b), \
+        nb(ln_x, ln_w, ln_b, ln_x)
+    yield "layer_norm (16,1024,4096) over 4096", lambda: F.layer_norm(ln2_x, (4096,), ln2_w, ln2_b), nb(ln2_x, ln2_x)
+    yield "rms_norm (16,1024,4096) [not intercepted]", lambda: F.rms_norm(rms_x, (4096,), rms_w), nb(rms_x, rms_x)
+    yield "softmax (4096,4096)", lambda: torch.softmax(sm_x, -1), nb(sm_x, sm_x)
+    yield "log_softmax (4096,4096)", lambda: torch.log_softmax(sm_x, -1), nb(sm_x, sm_x)
+    for name, fn in [("relu", torch.relu), ("gelu", F.gelu), ("silu", F.silu), ("sigmoid", torch.sigmoid),
+                     ("tanh", torch.tanh)]:
+        yield f"{name} (16,1024,4096)", (lambda fn=fn: fn(ew)), nb(ew, ew)
+    g = torch.randn_like(ew)
+    yield "gelu_backward (16,1024,4096)", lambda: torch.ops.aten.gelu_backward(g, ew), nb(g, ew, ew)
+    yield "softmax_backward (4096,4096)", lambda: torch.ops.aten._softmax_backward_data(
+        sm_x, sm_x, -1, torch.float32), nb(sm_x, sm_x, sm_x)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib")
+    a = ap.parse_args()
+    if a.lib:
+        torch.ops.load_library(a.lib)
+    rows = []
+    for name, fn, nbytes in cases():
+        r = bench(fn)
+        r.update({"case": name, "bytes": nbytes, "floor_ms": nbytes / COPY_BW * 1e3,
+                  "library_loaded": bool(a.lib)})
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    if a.lib:
+        print(json.dumps({"status": json.loads(torch.ops.kernelcraft.status())["total"]}))
+
+
+if __name__ == "__main__":
+    main()
