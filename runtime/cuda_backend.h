@@ -9,7 +9,12 @@
 namespace kc {
 
 // The backend for CUDA device `device` (an ordinal). kUnavailable without a driver or NVRTC.
+// Created once per device (failures are remembered too) and never destroyed.
 Result<Backend*> cuda_backend(int device);
+
+// "Is CUDA usable on this device": ok, or kUnavailable with the reason (no libcuda, no device,
+// no NVRTC). Never crashes on machines without a driver.
+Status cuda_available(int device);
 
 // Compiles CUDA source for an explicit architecture (e.g. 90 for sm_90) without touching a GPU;
 // used by CI to check every shipped CUDA source and by the cuda backend itself.

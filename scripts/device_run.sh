@@ -17,4 +17,5 @@ KERNELCRAFT_LIB=build-gpu/torch_ops/libkernelcraft.so KERNELCRAFT_CLI=build-gpu/
   python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
 tail -25 "$OUT/pytest_gpu.log"
 python3 examples/quickstart.py build-gpu/torch_ops/libkernelcraft.so > "$OUT/quickstart.log" 2>&1; echo "quickstart rc=$?"; cat "$OUT/quickstart.log"
-benchmarks/run_perf.sh build-gpu "$OUT/perf" > "$OUT/perf.log" 2>&1; echo "perf rc=$?"; cat "$OUT/perf.log" | cut -c1-400
+P=$(mktemp -d)/perf; benchmarks/run_perf.sh build-gpu "$P" > "$OUT/perf.log" 2>&1; echo "perf rc=$?"
+tar -C "$(dirname "$P")" -czf "$OUT/perf.tgz" perf; cut -c1-400 "$OUT/perf.log"
