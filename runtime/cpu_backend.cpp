@@ -1,0 +1,368 @@
+// CPU backend: host compiler in a private temp dir -> .so bytes -> memfd + dlopen -> parallel_for.
+#include "runtime/cpu_backend.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "runtime/config.h"
+#include "runtime/kc_cpu.h"
+#include "runtime/log.h"
+#include "runtime/subprocess.h"
+
+namespace kc {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kCompileTimeoutS = 120;
+
+const char kPrelude[] =
+#include "kc_cpu_prelude.inc"  // generated from runtime/kc_cpu.h by runtime/CMakeLists.txt
+    ;
+
+// A mkdtemp directory removed with everything in it when it goes out of scope.
+class TempDir {
+ public:
+  explicit TempDir(const char* prefix) {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data())) path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  bool ok() const { return !path_.empty(); }
+  std::string file(const char* name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+bool write_file(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  return static_cast<bool>(f);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// What the host toolchain is and the flags every kernel gets; probed once per process.
+struct Toolchain {
+  std::vector<std::string> cxx;        // the compiler command, split on whitespace
+  std::vector<std::string> flags;
+  std::string target_id;
+  Status status;                       // kUnavailable when no usable compiler was found
+};
+
+// The x86-64 micro-architecture level this CPU runs, so kernels may use it and the key says so.
+int x86_level() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!(__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("ssse3")))
+    return 1;
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") &&
+        __builtin_cpu_supports("bmi2")))
+    return 2;
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl")))
+    return 3;
+  return 4;
+#else
+  return 0;
+#endif
+}
+
+// Runs the preprocessor on a probe so the id names the compiler that will build kernels (which
+// need not be the one that built this library).
+Result<std::string> compiler_id(const std::vector<std::string>& cxx, const std::vector<std::string>& march) {
+  TempDir dir("kc-probe-");
+  if (!dir.ok()) return Status::error(Code::kIOError, "cannot create a temp dir for the compiler probe");
+  const std::string src = dir.file("probe.cpp"), out = dir.file("probe.out");
+  if (!write_file(src,
+                  "#if defined(__clang__)\nkc_id clang __clang_major__ . __clang_minor__ . __clang_patchlevel__\n"
+                  "#elif defined(__GNUC__)\nkc_id gcc __GNUC__ . __GNUC_MINOR__ . __GNUC_PATCHLEVEL__\n"
+                  "#else\nkc_id other 0 . 0 . 0\n#endif\n"))
+    return Status::error(Code::kIOError, "cannot write the compiler probe");
+  std::vector<std::string> argv = cxx;
+  argv.insert(argv.end(), march.begin(), march.end());
+  argv.insert(argv.end(), {"-E", "-P", "-x", "c++", src});
+  ProcessOptions po;
+  po.timeout_s = 30;
+  po.output_path = out;
+  po.env = {"LC_ALL=C"};
+  Result<ProcessResult> r = run_process(argv, po);
+  if (!r.is_ok()) return r.status();
+  std::string text = read_file(out);
+  if (!r->ok() && r->status_known) return Status::error(Code::kUnavailable, "compiler probe failed: " + text);
+  std::istringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    char name[32];
+    int a, b, c;
+    if (std::sscanf(line.c_str(), "kc_id %31s %d . %d . %d", name, &a, &b, &c) == 4)
+      return std::string(name) + "-" + std::to_string(a) + "." + std::to_string(b) + "." + std::to_string(c);
+  }
+  return Status::error(Code::kUnavailable, "compiler probe printed no id: " + text);
+}
+
+const Toolchain& toolchain() {
+  static Toolchain tc;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    tc.cxx = split_command(load_config().cxx);
+    if (tc.cxx.empty()) tc.cxx = {"c++"};
+    std::string arch = "unknown";
+    std::vector<std::string> march;
+#if defined(__x86_64__)
+    int level = x86_level();
+    arch = level > 1 ? "x86_64-v" + std::to_string(level) : "x86_64";
+    march = {level > 1 ? "-march=x86-64-v" + std::to_string(level) : "-march=x86-64"};
+#elif defined(__aarch64__)
+    arch = "aarch64";
+#endif
+    Result<std::string> id = compiler_id(tc.cxx, march);
+#if defined(__x86_64__)
+    if (!id.is_ok() && level > 1) {  // compilers older than gcc 11 / clang 12 lack -march=x86-64-vN
+      arch = "x86_64";
+      march = {"-march=x86-64"};
+      id = compiler_id(tc.cxx, march);
+    }
+#endif
+    tc.flags = {"-O3", "-std=c++17", "-shared", "-fPIC", "-fno-exceptions", "-Wall", "-Wl,-z,defs"};
+    tc.flags.insert(tc.flags.end(), march.begin(), march.end());
+    if (!id.is_ok()) {
+      tc.status = Status::error(Code::kUnavailable, "host compiler '" + load_config().cxx + "': " + id.status().message());
+      tc.target_id = "cpu-" + arch + "+nocompiler";
+      log_once(LogLevel::kWarn, "cpu-compiler", "CPU kernels disabled: " + tc.status.message());
+      return;
+    }
+    // gcc marks some inline statics STB_GNU_UNIQUE, which makes dlclose keep the object loaded.
+    if (id.value().rfind("gcc-", 0) == 0) tc.flags.push_back("-fno-gnu-unique");
+    tc.target_id = "cpu-" + arch + "+" + id.value();
+  });
+  return tc;
+}
+
+using EntryFn = void (*)(const kc_cpu_ctx*, void* const*);
+
+// Owns a dlopen handle and the memfd that names it; see open_shared_object for why both.
+struct SharedObject {
+  void* handle = nullptr;
+  int fd = -1;
+  SharedObject() = default;
+  SharedObject(const SharedObject&) = delete;
+  SharedObject& operator=(const SharedObject&) = delete;
+  ~SharedObject() {
+    if (handle) dlclose(handle);
+    if (fd >= 0) close(fd);
+  }
+};
+
+std::mutex& dlopen_mu() {
+  static std::mutex m;
+  return m;
+}
+
+// glibc identifies loaded objects by path: a "/proc/self/fd/N" still loaded (or stuck loaded)
+// from an earlier kernel would be returned instead of the new one. Keeping the memfd open while
+// the object is loaded reserves N; RTLD_NOLOAD catches anything else holding the name.
+bool name_in_use(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!h) return false;
+  dlclose(h);
+  return true;
+}
+
+Status open_shared_object(const std::string& binary, SharedObject& so) {
+  std::lock_guard<std::mutex> g(dlopen_mu());
+  std::string memfd_err;
+  int fd = memfd_create("kc-cpu-kernel", MFD_CLOEXEC);
+  if (fd >= 0) {
+    so.fd = fd;
+    std::string path = "/proc/self/fd/" + std::to_string(fd);
+    if (static_cast<size_t>(write(fd, binary.data(), binary.size())) != binary.size()) {
+      memfd_err = "short write to memfd";
+    } else if (name_in_use(path)) {
+      memfd_err = path + " is already a loaded object";
+    } else if ((so.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) {
+      return Status::ok();
+    } else {
+      const char* e = dlerror();
+      memfd_err = e ? e : "dlopen failed";
+    }
+    close(so.fd);
+    so.fd = -1;
+  } else {
+    memfd_err = "memfd_create failed";
+  }
+  // Fallback (memfd exec forbidden by policy, old kernels): a private file, unlinked once mapped.
+  TempDir dir("kc-so-");
+  if (!dir.ok()) return Status::error(Code::kLaunchError, "dlopen: " + memfd_err + "; no temp dir for the fallback");
+  std::string path = dir.file("kernel.so");
+  if (!write_file(path, binary))
+    return Status::error(Code::kLaunchError, "dlopen: " + memfd_err + "; cannot write " + path);
+  so.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!so.handle) {
+    const char* e = dlerror();
+    return Status::error(Code::kLaunchError, std::string("cannot load the CPU kernel: ") + (e ? e : "dlopen failed") +
+                                                 " (memfd path: " + memfd_err + ")");
+  }
+  return Status::ok();
+}
+
+class CpuLauncher : public Launcher {
+ public:
+  CpuLauncher(std::unique_ptr<SharedObject> so, ResolvedSpec spec, std::vector<EntryFn> entries)
+      : so_(std::move(so)), spec_(std::move(spec)), entries_(std::move(entries)) {}
+
+  Status run(void* const* ptrs, const ExecContext& ctx) override {
+    if (!ptrs && spec_.num_slots() > 0) return Status::error(Code::kInvalid, "CPU launch without its pointer table");
+    for (size_t li = 0; li < spec_.launches.size(); ++li) {
+      const ResolvedLaunch& l = spec_.launches[li];
+      const size_t n = l.params.size();
+      // Pointer values live in `vals`; args[i] points at the value, as kernelParams does on CUDA.
+      constexpr size_t kInline = 32;
+      void* vals_inline[kInline];
+      void* args_inline[kInline];
+      std::vector<void*> vals_heap, args_heap;
+      void** vals = vals_inline;
+      void** args = args_inline;
+      if (n > kInline) {
+        vals_heap.resize(n);
+        args_heap.resize(n);
+        vals = vals_heap.data();
+        args = args_heap.data();
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const Param& p = l.params[i];
+        if (p.kind == Param::Kind::kPtr) {
+          vals[i] = ptrs[p.slot];
+          args[i] = &vals[i];
+        } else {
+          args[i] = const_cast<void*>(static_cast<const void*>(&p.imm));
+        }
+      }
+      kc_cpu_ctx base{};
+      for (int d = 0; d < 3; ++d) {
+        base.grid[d] = l.grid[d];
+        base.block[d] = l.block[d];
+      }
+      const int64_t total = l.grid[0] * l.grid[1] * l.grid[2];  // overflow checked in load()
+      EntryFn fn = entries_[li];
+      auto range = [&](int64_t b, int64_t e) {
+        if (b >= e) return;
+        kc_cpu_ctx c = base;
+        c.begin = b;
+        c.end = e;
+        fn(&c, args);
+      };
+      if (ctx.parallel_for) ctx.parallel_for(total, range);
+      else range(0, total);
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::unique_ptr<SharedObject> so_;
+  ResolvedSpec spec_;
+  std::vector<EntryFn> entries_;   // one per launch
+};
+
+class CpuBackend : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  std::string target_id() const override { return toolchain().target_id; }
+
+  Result<CompileOutput> compile(const std::string& source) override {
+    const Toolchain& tc = toolchain();
+    if (!tc.status.is_ok()) return tc.status;
+    auto t0 = std::chrono::steady_clock::now();
+    TempDir dir("kc-cpu-");
+    if (!dir.ok()) return Status::error(Code::kIOError, "cannot create a temp dir for the CPU compiler");
+    const std::string hdr = dir.file("kc_cpu.h"), src = dir.file("kernel.cpp"), so = dir.file("kernel.so"),
+                      logf = dir.file("compile.log");
+    // Included rather than pasted so "#pragma once" is not in the main file, and #line keeps the
+    // compiler's line numbers those of the proposer's source.
+    if (!write_file(hdr, kPrelude) ||
+        !write_file(src, "#include \"kc_cpu.h\"\n#line 1 \"kernel.cpp\"\n" + source))
+      return Status::error(Code::kIOError, "cannot write the CPU kernel source");
+    std::vector<std::string> argv = tc.cxx;
+    argv.insert(argv.end(), tc.flags.begin(), tc.flags.end());
+    argv.insert(argv.end(), {"-o", so, "-x", "c++", src});
+    ProcessOptions po;
+    po.timeout_s = kCompileTimeoutS;
+    po.output_path = logf;
+    po.env = {"LC_ALL=C"};
+    Result<ProcessResult> r = run_process(argv, po);
+    if (!r.is_ok()) {
+      if (r.status().code() == Code::kTimeout) return Status::error(Code::kCompileError, r.status().message());
+      return r.status();
+    }
+    CompileOutput out;
+    out.log = read_file(logf);
+    out.binary = read_file(so);
+    bool ok = r->status_known ? r->ok() : !out.binary.empty();
+    if (!ok || out.binary.empty()) {
+      std::string why = r->exited ? "exit code " + std::to_string(r->exit_code) : "signal " + std::to_string(r->signal);
+      return Status::error(Code::kCompileError, "host compiler failed (" + why + "):\n" + out.log);
+    }
+    out.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+
+  Result<std::unique_ptr<Launcher>> load(const std::string& binary, const ResolvedSpec& spec) override {
+    if (binary.size() < 4 || binary.compare(0, 4, "\x7f" "ELF") != 0)
+      return Status::error(Code::kLaunchError, "CPU kernel binary is not an ELF shared object");
+    for (const auto& l : spec.launches) {
+      int64_t t;
+      if (__builtin_mul_overflow(l.grid[0], l.grid[1], &t) || __builtin_mul_overflow(t, l.grid[2], &t))
+        return Status::error(Code::kLaunchError, "grid of '" + l.entry + "' overflows int64");
+    }
+    auto so = std::make_unique<SharedObject>();
+    KC_RETURN_IF_ERROR(open_shared_object(binary, *so));
+    std::vector<EntryFn> entries;
+    std::unordered_map<std::string, EntryFn> seen;
+    for (const auto& l : spec.launches) {
+      auto it = seen.find(l.entry);
+      if (it == seen.end()) {
+        dlerror();
+        void* sym = dlsym(so->handle, l.entry.c_str());
+        if (!sym)
+          return Status::error(Code::kLaunchError, "entry '" + l.entry + "' not found in the CPU kernel (is it extern \"C\"?)");
+        it = seen.emplace(l.entry, reinterpret_cast<EntryFn>(sym)).first;
+      }
+      entries.push_back(it->second);
+    }
+    return std::unique_ptr<Launcher>(new CpuLauncher(std::move(so), spec, std::move(entries)));
+  }
+};
+
+}  // namespace
+
+const char* cpu_kernel_prelude() { return kPrelude; }
+
+Backend& cpu_backend() {
+  static CpuBackend b;
+  return b;
+}
+
+}  // namespace kc

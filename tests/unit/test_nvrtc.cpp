@@ -1,0 +1,80 @@
+// NVRTC without a GPU: CUBINs for sm_90, compile errors with the log, and a clean "no CUDA" path.
+#include <gtest/gtest.h>
+
+#include "runtime/cuda_backend.h"
+
+namespace kc {
+namespace {
+
+#define SKIP_WITHOUT_NVRTC()                                                   \
+  do {                                                                         \
+    auto v = nvrtc_version();                                                  \
+    if (!v.is_ok()) GTEST_SKIP() << "NVRTC not loadable: " << v.status().to_string(); \
+  } while (0)
+
+const char* kRelu = R"J(
+extern "C" __global__ void kc_relu(float* out, const float* in, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] > 0.f ? in[i] : 0.f;
+}
+)J";
+
+TEST(Nvrtc, VersionLooksLikeMajorDotMinor) {
+  SKIP_WITHOUT_NVRTC();
+  std::string v = nvrtc_version().value();
+  ASSERT_NE(v.find('.'), std::string::npos) << v;
+  EXPECT_GE(std::stoi(v), 11) << v;
+}
+
+TEST(Nvrtc, CompilesACubinForSm90WithoutAGpu) {
+  SKIP_WITHOUT_NVRTC();
+  auto out = nvrtc_compile(kRelu, 90);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  ASSERT_GT(out->binary.size(), 64u);
+  EXPECT_EQ(out->binary.compare(0, 4, "\x7f" "ELF"), 0);
+  EXPECT_GT(out->millis, 0);
+  // The entry name survives unmangled in the CUBIN's symbol table.
+  EXPECT_NE(out->binary.find("kc_relu"), std::string::npos);
+}
+
+TEST(Nvrtc, SyntaxErrorIsACompileErrorWithTheLog) {
+  SKIP_WITHOUT_NVRTC();
+  auto out = nvrtc_compile("extern \"C\" __global__ void k(float* x) { x[0] = ; }\n", 90);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), Code::kCompileError);
+  EXPECT_NE(out.status().message().find("kernel.cu"), std::string::npos) << out.status().message();
+  EXPECT_NE(out.status().message().find("error"), std::string::npos) << out.status().message();
+}
+
+TEST(Nvrtc, UnknownArchitectureIsUnsupported) {
+  SKIP_WITHOUT_NVRTC();
+  auto out = nvrtc_compile(kRelu, 12);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), Code::kUnsupported) << out.status().to_string();
+}
+
+TEST(Nvrtc, Cpp17IsOn) {
+  SKIP_WITHOUT_NVRTC();
+  auto out = nvrtc_compile(R"J(
+template <int N> __device__ constexpr int twice() { if constexpr (N > 0) return 2 * N; else return 0; }
+extern "C" __global__ void k(int* x) { x[0] = twice<3>(); }
+)J", 90);
+  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+}
+
+// This machine has no driver: the probe and the backend must say so without crashing, every time.
+TEST(CudaBackend, UnavailableWithoutADriverIsClean) {
+  Status s = cuda_available(0);
+  auto b = cuda_backend(0);
+  EXPECT_EQ(s.is_ok(), b.is_ok());
+  if (b.is_ok()) GTEST_SKIP() << "a CUDA device is present: " << b.value()->target_id();
+  EXPECT_EQ(b.status().code(), Code::kUnavailable) << b.status().to_string();
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  auto again = cuda_backend(0);
+  EXPECT_FALSE(again.is_ok());
+  EXPECT_EQ(again.status().message(), b.status().message());
+  EXPECT_FALSE(cuda_backend(-1).is_ok());
+}
+
+}  // namespace
+}  // namespace kc
