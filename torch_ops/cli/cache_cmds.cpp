@@ -1,0 +1,224 @@
+// `kernelcraft cache ls|show|rm|stats|export|import`: thin wrappers over the store and bundles.
+// Reads open the cache read-only (works on shipped, unwritable caches and beside a live writer);
+// rm and import open it as the writer, waiting a few seconds for another writer to finish.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "kernel_cache/bundle.h"
+#include "kernel_cache/key.h"
+#include "kernel_cache/record.h"
+#include "kernel_cache/store.h"
+#include "runtime/ops.h"
+#include "torch_ops/cli/cli.h"
+
+namespace kc::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kLockWaitMs = 10000;
+
+Result<std::unique_ptr<Store>> open_store(const Args& args, Store::Mode mode) {
+  return Store::open(args.cache_dir, mode, kLockWaitMs);
+}
+
+int store_failure(const Status& s) { return fail(s.message()); }
+
+// Exactly `n` operands after "cache <sub>".
+int need_operands(const Args& args, size_t n, const char* what) {
+  size_t have = args.words.size() - 2;
+  if (have < n) return usage_error(std::string("cache ") + args.words[1] + ": missing " + what);
+  if (have > n) return usage_error(std::string("cache ") + args.words[1] + ": unexpected operand '" +
+                                   args.words[2 + n] + "'");
+  return kExitOk;
+}
+
+// The aten name --op refers to; "" when --op is absent. Unknown names are a usage error: the op
+// table is the list of everything that can ever be in a cache.
+Result<std::string> op_filter(const Args& args) {
+  std::string op = args.value("op");
+  if (op.empty()) return std::string();
+  auto id = op_by_name(op);
+  if (!id) return Status::error(Code::kInvalid, "unknown op '" + op + "' (kernelcraft ops lists them)");
+  return std::string(op_info(*id).aten);
+}
+
+int cmd_ls(const Args& args) {
+  if (int rc = need_operands(args, 0, ""); rc) return rc;
+  auto op = op_filter(args);
+  if (!op) return usage_error(op.status().message());
+  auto st = open_store(args, Store::Mode::kReadOnly);
+  if (!st) return store_failure(st.status());
+  std::string match = args.value("match");
+  json rows = json::array();
+  Status s = st.value()->scan("", [&](const std::string& key, const std::string& value) {
+    if (!match.empty() && key.find(match) == std::string::npos) return true;
+    if (!op.value().empty() && key_op(key) != op.value()) return true;
+    auto rec = decode_record(value);
+    json row = {{"key", key}, {"op", key_op(key)}};
+    if (rec) {
+      row.update({{"state", rec->state}, {"backend", rec->backend}, {"blob_bytes", rec->blob.size()},
+                  {"source_bytes", rec->source.size()}});
+    } else {
+      row.update({{"state", "corrupt"}, {"backend", ""}, {"blob_bytes", 0}, {"error", rec.status().to_string()}});
+    }
+    rows.push_back(std::move(row));
+    return true;
+  });
+  if (!s) return store_failure(s);
+  if (args.json) {
+    print_json(rows, true);
+    return kExitOk;
+  }
+  for (const auto& r : rows)
+    std::printf("%-10s %-5s %9zu  %s\n", r["state"].get<std::string>().c_str(),
+                r["backend"].get<std::string>().c_str(), r["blob_bytes"].get<size_t>(),
+                r["key"].get<std::string>().c_str());
+  return kExitOk;
+}
+
+int cmd_show(const Args& args) {
+  if (int rc = need_operands(args, 1, "KEY"); rc) return rc;
+  const std::string& key = args.words[2];
+  auto st = open_store(args, Store::Mode::kReadOnly);
+  if (!st) return store_failure(st.status());
+  auto value = st.value()->get(key);
+  if (!value) {
+    if (value.status().code() == Code::kNotFound) return fail("no record for key " + key);
+    return store_failure(value.status());
+  }
+  auto rec = decode_record(value.value());
+  if (!rec) return fail("record for key " + key + " is unreadable: " + rec.status().to_string());
+  print_json(record_summary(rec.value()), args.json);
+  return kExitOk;
+}
+
+int cmd_rm(const Args& args) {
+  if (int rc = need_operands(args, 1, "KEY"); rc) return rc;
+  const std::string& key = args.words[2];
+  // Checked read-only first so a missing key on a missing cache does not create the cache.
+  {
+    auto ro = open_store(args, Store::Mode::kReadOnly);
+    if (!ro) return store_failure(ro.status());
+  }
+  auto st = open_store(args, Store::Mode::kWriter);
+  if (!st) return store_failure(st.status());
+  auto old = st.value()->get(key);
+  if (!old) {
+    if (old.status().code() == Code::kNotFound) return fail("no record for key " + key);
+    return store_failure(old.status());
+  }
+  if (Status s = st.value()->remove(key); !s) return store_failure(s);
+  if (args.json) print_json({{"removed", key}}, true);
+  else std::printf("removed %s\n", key.c_str());
+  return kExitOk;
+}
+
+uint64_t dir_bytes(const std::string& dir) {
+  std::error_code ec;
+  uint64_t total = 0;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    auto n = it->file_size(fec);
+    if (!fec) total += n;
+  }
+  return total;
+}
+
+int cmd_stats(const Args& args) {
+  if (int rc = need_operands(args, 0, ""); rc) return rc;
+  auto st = open_store(args, Store::Mode::kReadOnly);
+  if (!st) return store_failure(st.status());
+  size_t records = 0, blob_bytes = 0, value_bytes = 0;
+  std::map<std::string, size_t> by_state, by_backend, by_op;
+  Status s = st.value()->scan("", [&](const std::string& key, const std::string& value) {
+    ++records;
+    value_bytes += value.size();
+    auto rec = decode_record(value);
+    ++by_op[key_op(key).empty() ? "?" : key_op(key)];
+    if (!rec) {
+      ++by_state["corrupt"];
+      return true;
+    }
+    ++by_state[rec->state];
+    ++by_backend[rec->backend];
+    blob_bytes += rec->blob.size();
+    return true;
+  });
+  if (!s) return store_failure(s);
+  json j = {{"cache_dir", args.cache_dir}, {"records", records},   {"by_state", by_state},
+            {"by_backend", by_backend},    {"by_op", by_op},       {"blob_bytes", blob_bytes},
+            {"value_bytes", value_bytes},  {"disk_bytes", dir_bytes(args.cache_dir)}};
+  if (args.json) {
+    print_json(j, true);
+    return kExitOk;
+  }
+  std::printf("cache      %s\nrecords    %zu\nbinaries   %zu bytes\non disk    %llu bytes\n",
+              args.cache_dir.c_str(), records, blob_bytes,
+              static_cast<unsigned long long>(j["disk_bytes"].get<uint64_t>()));
+  for (const auto* group : {"by_state", "by_backend", "by_op"})
+    for (const auto& [name, n] : j[group].items())
+      std::printf("%-10s %-34s %zu\n", group + 3, name.c_str(), n.get<size_t>());
+  return kExitOk;
+}
+
+int cmd_export(const Args& args) {
+  if (int rc = need_operands(args, 1, "FILE"); rc) return rc;
+  const std::string& file = args.words[2];
+  auto op = op_filter(args);
+  if (!op) return usage_error(op.status().message());
+  auto st = open_store(args, Store::Mode::kReadOnly);
+  if (!st) return store_failure(st.status());
+  auto ex = export_bundle(*st.value(), file, BundleFilter{args.value("match"), op.value()});
+  if (!ex) return store_failure(ex.status());
+  for (const auto& e : ex->errors) warn("skipped unreadable record " + e);
+  if (args.json) {
+    print_json({{"file", file}, {"exported", ex->exported}, {"skipped", ex->skipped},
+                {"bytes", ex->bytes}, {"errors", ex->errors}}, true);
+  } else {
+    std::printf("exported %zu records to %s (%zu bytes)\n", ex->exported, file.c_str(), ex->bytes);
+  }
+  return kExitOk;
+}
+
+int cmd_import(const Args& args) {
+  if (int rc = need_operands(args, 1, "FILE"); rc) return rc;
+  const std::string& file = args.words[2];
+  // Validate the file before creating or locking the cache.
+  if (!std::filesystem::is_regular_file(file)) return fail("no such bundle file: " + file);
+  auto st = open_store(args, Store::Mode::kWriter);
+  if (!st) return store_failure(st.status());
+  ImportOptions opts;
+  opts.overwrite = !args.flag("no-overwrite");
+  auto im = import_bundle(*st.value(), file, opts);
+  if (!im) return store_failure(im.status());
+  if (args.json) {
+    print_json({{"file", file}, {"imported", im->imported}, {"unchanged", im->unchanged},
+                {"kept", im->kept}, {"rejected", im->rejected}, {"errors", im->errors}}, true);
+  } else {
+    std::printf("imported %zu records from %s (%zu unchanged, %zu kept, %zu rejected)\n", im->imported,
+                file.c_str(), im->unchanged, im->kept, im->rejected);
+  }
+  // The good records are stored; a bundle with bad entries is still a failure scripts should see.
+  if (im->rejected)
+    return fail(std::to_string(im->rejected) + " bundle entries rejected; first: " + im->errors.front());
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_cache(const Args& args) {
+  if (args.words.size() < 2) return usage_error("cache: missing subcommand (ls, show, rm, stats, export, import, put)");
+  const std::string& sub = args.words[1];
+  if (sub == "ls") return cmd_ls(args);
+  if (sub == "show") return cmd_show(args);
+  if (sub == "rm") return cmd_rm(args);
+  if (sub == "stats") return cmd_stats(args);
+  if (sub == "export") return cmd_export(args);
+  if (sub == "import") return cmd_import(args);
+  if (sub == "put") return run_cache_put(args);
+  return usage_error("cache: unknown subcommand '" + sub + "' (ls, show, rm, stats, export, import, put)");
+}
+
+}  // namespace kc::cli

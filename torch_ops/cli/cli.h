@@ -1,0 +1,45 @@
+// Shared pieces of the kernelcraft command-line tool: parsed arguments, output and exit codes.
+// The tool is torch-free (kc_kernel_cache + kc_runtime only) so it runs where torch is absent.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kc::cli {
+
+// 0 success; 1 the command failed (missing key, bad file, cache error); 2 the command line is wrong.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+struct Args {
+  std::vector<std::string> words;             // command words and operands, in order
+  std::map<std::string, std::string> values;  // --name VALUE options (name without dashes)
+  std::map<std::string, bool> flags;          // --name switches
+  bool json = false;                          // --json: machine-readable stdout
+  std::string cache_dir;                      // --cache-dir, else default_cache_dir()
+
+  // The value of --name, or "".
+  std::string value(const std::string& name) const {
+    auto it = values.find(name);
+    return it == values.end() ? std::string() : it->second;
+  }
+  bool flag(const std::string& name) const { return flags.count(name) != 0; }
+};
+
+// One line on stderr ("kernelcraft: <msg>"), and the exit code to return.
+int fail(const std::string& msg);
+int usage_error(const std::string& msg);
+// A non-fatal line on stderr ("kernelcraft: warning: <msg>").
+void warn(const std::string& msg);
+// Pretty (indent 2) or compact JSON on stdout; invalid UTF-8 in sources never throws.
+void print_json(const nlohmann::json& j, bool compact);
+
+// `kernelcraft cache <sub> ...` with args.words = {"cache", sub, operands...}.
+int run_cache(const Args& args);
+// `kernelcraft cache put`: compile and store one kernel (put_cmd.cpp).
+int run_cache_put(const Args& args);
+
+}  // namespace kc::cli

@@ -1,0 +1,190 @@
+// kernelcraft: the command-line tool for the kernel cache (ls, show, rm, export, import, stats, put)
+// and the operator table. A hand-written argv parser keeps it free of dependencies.
+#include <cstdio>
+#include <set>
+
+#include "kernel_cache/store.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/ops.h"
+#include "torch_ops/cli/cli.h"
+
+namespace kc::cli {
+namespace {
+
+const char kUsage[] =
+    "usage: kernelcraft [--cache-dir DIR] [--json] COMMAND ...\n"
+    "\n"
+    "  ops                                  the operators kernelcraft can intercept\n"
+    "  targets                              this machine's key targets (cpu; cuda if usable)\n"
+    "  cache ls [--op OP] [--match TEXT]    records: state, backend, binary size, key\n"
+    "  cache show KEY                       one record (the binary summarised by size and hash)\n"
+    "  cache rm KEY                         delete one record\n"
+    "  cache stats                          counts by state, backend and op; sizes\n"
+    "  cache export FILE [--op OP] [--match TEXT]\n"
+    "                                       write matching records to a bundle file\n"
+    "  cache import FILE [--no-overwrite]   store a bundle's valid records\n"
+    "  cache put --key KEY --source FILE --launch SPEC.json\n"
+    "                                       compile FILE for KEY's target (cpu-..., or\n"
+    "                                       cuda-sm_XX... with NVRTC) and store it as served\n"
+    "\n"
+    "  --cache-dir DIR   cache directory (default: $KERNELCRAFT_CACHE_DIR, else\n"
+    "                    $XDG_CACHE_HOME/kernelcraft, else ~/.cache/kernelcraft)\n"
+    "  --json            machine-readable output on stdout\n"
+    "OP is a short name (gelu) or an aten name (aten::gelu). Exit status: 0 ok, 1 failure, 2 usage.\n";
+
+const std::set<std::string> kValueOptions = {"cache-dir", "op", "match", "key", "source", "launch"};
+const std::set<std::string> kSwitches = {"json", "help", "no-overwrite"};
+
+// Fills `out` from argv; returns kExitOk or a usage error (already printed).
+int parse(int argc, char** argv, Args& out) {
+  bool operands_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (operands_only || a.size() < 2 || a[0] != '-') {
+      out.words.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      operands_only = true;
+      continue;
+    }
+    if (a == "-h") a = "--help";
+    if (a.compare(0, 2, "--") != 0) return usage_error("unknown option '" + a + "'");
+    std::string name = a.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    if (kSwitches.count(name)) {
+      if (inline_value) return usage_error("option --" + name + " takes no value");
+      out.flags[name] = true;
+      continue;
+    }
+    if (!kValueOptions.count(name)) return usage_error("unknown option '--" + name + "'");
+    if (!inline_value) {
+      if (i + 1 >= argc) return usage_error("option --" + name + " needs a value");
+      value = argv[++i];
+    }
+    if (value.empty()) return usage_error("option --" + name + " needs a non-empty value");
+    if (out.values.count(name)) return usage_error("option --" + name + " given twice");
+    out.values[name] = value;
+  }
+  out.json = out.flag("json");
+  out.cache_dir = out.value("cache-dir");
+  if (out.cache_dir.empty()) out.cache_dir = default_cache_dir();
+  return kExitOk;
+}
+
+// The target field keys get on this machine, so `cache put --key` can be written by hand.
+int run_targets(const Args& args) {
+  if (args.words.size() > 1) return usage_error("targets takes no operands");
+  nlohmann::json list = nlohmann::json::array();
+  list.push_back({{"backend", "cpu"}, {"device", 0}, {"target", cpu_backend().target_id()}});
+  for (int d = 0; d < 64 && cuda_available(d).is_ok(); ++d) {
+    auto b = cuda_backend(d);
+    if (b) list.push_back({{"backend", "cuda"}, {"device", d}, {"target", b.value()->target_id()}});
+  }
+  if (args.json) {
+    print_json(list, true);
+    return kExitOk;
+  }
+  for (const auto& t : list)
+    std::printf("%-5s %d  %s\n", t["backend"].get<std::string>().c_str(), t["device"].get<int>(),
+                t["target"].get<std::string>().c_str());
+  return kExitOk;
+}
+
+int run_ops(const Args& args) {
+  if (args.words.size() > 1) return usage_error("ops takes no operands");
+  if (args.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& o : all_ops())
+      list.push_back({{"name", o.name}, {"aten", o.aten}, {"family", family_name(o.family)},
+                      {"default", o.default_on}});
+    print_json(list, true);
+    return kExitOk;
+  }
+  std::printf("%-22s %-36s %-20s %s\n", "NAME", "ATEN", "FAMILY", "DEFAULT");
+  for (const auto& o : all_ops())
+    std::printf("%-22s %-36s %-20s %s\n", o.name, o.aten, family_name(o.family), o.default_on ? "yes" : "no");
+  return kExitOk;
+}
+
+// Options a command does not use are mistakes worth reporting (a typo'd --op would otherwise
+// silently export everything).
+int check_options(const Args& args) {
+  static const std::map<std::string, std::set<std::string>> allowed = {
+      {"ops", {}},
+      {"targets", {}},
+      {"ls", {"op", "match"}},
+      {"show", {}},
+      {"rm", {}},
+      {"stats", {}},
+      {"export", {"op", "match"}},
+      {"import", {"no-overwrite"}},
+      {"put", {"key", "source", "launch"}},
+  };
+  std::string cmd = args.words[0] == "cache" && args.words.size() > 1 ? args.words[1] : args.words[0];
+  auto it = allowed.find(cmd);
+  if (it == allowed.end()) return kExitOk;   // the unknown command is reported by the dispatcher
+  for (const auto& [name, v] : args.values)
+    if (name != "cache-dir" && !it->second.count(name)) return usage_error("option --" + name + " does not apply to " + cmd);
+  for (const auto& [name, v] : args.flags)
+    if (name != "json" && name != "help" && !it->second.count(name))
+      return usage_error("option --" + name + " does not apply to " + cmd);
+  return kExitOk;
+}
+
+int run(int argc, char** argv) {
+  Args args;
+  if (int rc = parse(argc, argv, args); rc != kExitOk) return rc;
+  if (args.flag("help")) {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  if (args.words.empty()) return usage_error("no command given (kernelcraft --help lists them)");
+  if (int rc = check_options(args); rc != kExitOk) return rc;
+  const std::string& cmd = args.words[0];
+  if (cmd == "ops") return run_ops(args);
+  if (cmd == "targets") return run_targets(args);
+  if (cmd == "cache") return run_cache(args);
+  if (cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  return usage_error("unknown command '" + cmd + "' (kernelcraft --help lists them)");
+}
+
+}  // namespace
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "kernelcraft: %s\n", msg.c_str());
+  return kExitFailure;
+}
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "kernelcraft: %s\n", msg.c_str());
+  return kExitUsage;
+}
+
+void warn(const std::string& msg) { std::fprintf(stderr, "kernelcraft: warning: %s\n", msg.c_str()); }
+
+void print_json(const nlohmann::json& j, bool compact) {
+  std::string s = j.dump(compact ? -1 : 2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
+}  // namespace kc::cli
+
+int main(int argc, char** argv) {
+  // Everything below returns statuses; this is only the last guard against, say, bad_alloc.
+  try {
+    return kc::cli::run(argc, argv);
+  } catch (const std::exception& e) {
+    return kc::cli::fail(std::string("internal error: ") + e.what());
+  }
+}
