@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/cpu_backend.h"
+#include "runtime/timing.h"
 
 namespace kc {
 namespace {
@@ -143,6 +144,40 @@ TEST(CpuBackend, TwoLaunchSoftmaxWithScratch) {
         ASSERT_NEAR(out[r * cols + c], std::exp(in[r * cols + c] - m) / sum, 1e-6) << r << "," << c;
     }
   }
+}
+
+TEST(CpuBackend, TimingTheCpuKernel) {
+  const int64_t n = 1 << 16;
+  Binding b;
+  b.tensors = {f32_tensor("self", {n}), f32_tensor("out0", {n})};
+  b.scalars.push_back({"negative_slope", ScalarValue{0.5}});
+  json spec = {{"launches",
+                {{{"entry", "kc_leaky_relu"},
+                  {"grid", {"ceil_div(numel(self), 4096)"}},
+                  {"block", {1}},
+                  {"args", {"ptr:out0", "ptr:self", "i64:numel(self)", "f32:negative_slope", "i32:4096"}}}}}};
+  auto l = build(kLeakyRelu, spec, b);
+  ASSERT_TRUE(l);
+  std::vector<float> in(n, -1.f), out(n);
+  void* ptrs[] = {in.data(), out.data()};
+  TimingOptions o;
+  o.budget_ms = 20;
+  o.min_reps = 5;
+  auto t = time_cpu([&] { return l->run(ptrs, ExecContext{}); }, o);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_GE(t->reps, 5);
+  EXPECT_GT(t->median_ms, 0);
+  EXPECT_LE(t->p10_ms, t->median_ms);
+  EXPECT_LE(t->median_ms, t->p90_ms);
+  EXPECT_TRUE(t->cache_flushed);
+  EXPECT_EQ(out[n - 1], -0.5f);
+  auto bad = time_cpu([] { return Status::error(Code::kRejected, "no"); }, o);
+  EXPECT_EQ(bad.status().code(), Code::kRejected);
+  Timing s = summarize({4, 1, 3, 2, 100});
+  EXPECT_EQ(s.median_ms, 3);
+  EXPECT_EQ(s.min_ms, 1);
+  EXPECT_EQ(s.mad_ms, 1);
+  EXPECT_EQ(s.reps, 5);
 }
 
 TEST(CpuBackend, CompileErrorCarriesTheCompilerMessage) {
