@@ -44,8 +44,8 @@ void set_enabled(const std::vector<std::string>& names, bool on) {
   TORCH_CHECK(s.is_ok(), "kernelcraft: ", s.to_string());
 }
 
-void op_enable(c10::List<std::string> ops) { set_enabled({ops.begin(), ops.end()}, true); }
-void op_disable(c10::List<std::string> ops) { set_enabled({ops.begin(), ops.end()}, false); }
+void op_enable(std::optional<std::vector<std::string>> ops) { set_enabled(ops.value_or(std::vector<std::string>{}), true); }
+void op_disable(std::optional<std::vector<std::string>> ops) { set_enabled(ops.value_or(std::vector<std::string>{}), false); }
 std::string op_status() { return State::get().status_json().dump(); }
 void op_reset_counters() { State::get().reset_counters(); }
 
@@ -88,8 +88,8 @@ struct Init {
       }
       // Leaked: the library stays registered for the life of the process.
       auto* lib = new torch::Library(torch::Library::DEF, "kernelcraft", std::nullopt, __FILE__, __LINE__);
-      lib->def("enable(str[] ops=[]) -> ()", &op_enable);
-      lib->def("disable(str[] ops=[]) -> ()", &op_disable);
+      lib->def("enable(str[]? ops=None) -> ()", &op_enable);
+      lib->def("disable(str[]? ops=None) -> ()", &op_disable);
       lib->def("status() -> str", &op_status);
       lib->def("reset_counters() -> ()", &op_reset_counters);
       lib->def("configure(str json) -> ()", &op_configure);
