@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -107,6 +108,25 @@ std::vector<std::string> nvrtc_candidates() {
   return c;
 }
 
+// Where the toolkit's device headers are, for kernels that include cuda_fp16.h or cuda_bf16.h.
+std::string cuda_include_dir(const std::string& nvrtc_path) {
+  std::vector<std::string> dirs;
+  // A bare soname has no directory of its own: ask the loader where it found it.
+  std::string real = nvrtc_path;
+  if (void* h = dlopen(nvrtc_path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
+    struct link_map* lm = nullptr;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) real = lm->l_name;
+    dlclose(h);
+  }
+  size_t slash = real.rfind('/');
+  if (slash != std::string::npos) dirs.push_back(real.substr(0, slash) + "/../include");
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home) dirs.push_back(std::string(home) + "/include");
+  dirs.push_back("/usr/local/cuda/include");
+  for (const auto& d : dirs)
+    if (access((d + "/cuda_fp16.h").c_str(), R_OK) == 0) return d;
+  return "";
+}
+
 template <class F>
 bool load_sym(void* h, const char* name, F& fn, std::string& missing) {
   void* p = dlsym(h, name);
@@ -161,6 +181,7 @@ void load_nvrtc(NvrtcState& s) {
     return;
   }
   a.path = path;
+  a.include_dir = cuda_include_dir(path);
   log(LogLevel::kDebug, "NVRTC " + std::to_string(a.major) + "." + std::to_string(a.minor) + " from " + path);
 }
 

@@ -74,6 +74,9 @@ struct NvrtcApi {
   int (*nvrtcGetCUBIN)(NvrtcProgram prog, char* cubin) = nullptr;
   std::string path;   // the library that was loaded
   int major = 0, minor = 0;
+  // A CUDA include directory holding cuda_fp16.h / cuda_bf16.h (NVRTC has no built-in copy):
+  // ../include next to the library, $CUDA_HOME/include or /usr/local/cuda/include; may be empty.
+  std::string include_dir;
 };
 
 // The NVRTC table, loaded once. Search order: Config nvrtc_path; libnvrtc.so.13, .so.12, .so;

@@ -286,8 +286,10 @@ Result<CompileOutput> nvrtc_compile(const std::string& source, int sm_arch) {
   }
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(sm_arch);
   // Line info costs nothing at run time and lets compute-sanitizer name source lines.
-  const char* opts[] = {arch.c_str(), "-std=c++17", "--generate-line-info"};
-  rc = a.nvrtcCompileProgram(prog.p, 3, opts);
+  const std::string inc = "--include-path=" + a.include_dir;
+  std::vector<const char*> opts = {arch.c_str(), "-std=c++17", "--generate-line-info"};
+  if (!a.include_dir.empty()) opts.push_back(inc.c_str());
+  rc = a.nvrtcCompileProgram(prog.p, static_cast<int>(opts.size()), opts.data());
   CompileOutput out;
   out.log = program_log(a, prog.p);
   if (rc != 0)
