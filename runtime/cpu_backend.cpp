@@ -128,7 +128,8 @@ const Toolchain& toolchain() {
   static Toolchain tc;
   static std::once_flag once;
   std::call_once(once, [] {
-    tc.cxx = split_command(load_config().cxx);
+    const std::string cxx = load_config().cxx;
+    tc.cxx = split_command(cxx);
     if (tc.cxx.empty()) tc.cxx = {"c++"};
     std::string arch = "unknown";
     std::vector<std::string> march;
@@ -150,7 +151,7 @@ const Toolchain& toolchain() {
     tc.flags = {"-O3", "-std=c++17", "-shared", "-fPIC", "-fno-exceptions", "-Wall", "-Wl,-z,defs"};
     tc.flags.insert(tc.flags.end(), march.begin(), march.end());
     if (!id.is_ok()) {
-      tc.status = Status::error(Code::kUnavailable, "host compiler '" + load_config().cxx + "': " + id.status().message());
+      tc.status = Status::error(Code::kUnavailable, "host compiler '" + cxx + "': " + id.status().message());
       tc.target_id = "cpu-" + arch + "+nocompiler";
       log_once(LogLevel::kWarn, "cpu-compiler", "CPU kernels disabled: " + tc.status.message());
       return;
