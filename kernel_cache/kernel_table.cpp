@@ -9,6 +9,11 @@ KernelTable::KernelTable(std::string dir, bool readonly, int catch_up_ms)
     : dir_(std::move(dir)), readonly_(readonly), catch_up_every_(catch_up_ms) {}
 
 KernelTable::Lookup KernelTable::find(const std::string& key) {
+  // Misses are where kernels written by other processes show up: look for them when one is due.
+  auto due = [this] {
+    return catch_up_every_.count() > 0 &&
+           std::chrono::steady_clock::now().time_since_epoch().count() >= next_catch_up_.load(std::memory_order_relaxed);
+  };
   {
     std::shared_lock<std::shared_mutex> g(mu_);
     auto it = entries_.find(key);
@@ -20,12 +25,12 @@ KernelTable::Lookup KernelTable::find(const std::string& key) {
         case Kind::kEagerBest: return {Kind::kEagerBest, nullptr, nullptr, false};
         default:
           // kMiss (or a kLoad someone else is doing): trust it until a catch-up may have changed it.
-          if (e.gen == gen_.load(std::memory_order_relaxed) || catch_up_every_.count() <= 0)
+          if ((e.gen == gen_.load(std::memory_order_relaxed) && !due()) || catch_up_every_.count() <= 0)
             return {e.kind == Kind::kLoad ? Kind::kDisabled : Kind::kMiss, nullptr, nullptr, false};
       }
     }
   }
-  maybe_catch_up();
+  maybe_catch_up();   // rate-limited inside; the first call opens the store
   return consult_store(key);
 }
 
@@ -36,6 +41,7 @@ void KernelTable::maybe_catch_up() {
   if (tried_ && (catch_up_every_.count() <= 0 || now - last_try_ < catch_up_every_)) return;
   tried_ = true;
   last_try_ = now;
+  next_catch_up_.store((now + catch_up_every_).time_since_epoch().count(), std::memory_order_relaxed);
   if (!store_) {
     auto s = Store::open(dir_, readonly_ ? Store::Mode::kReadOnly : Store::Mode::kReader);
     if (!s) {
@@ -118,6 +124,7 @@ void KernelTable::forget(const std::string& key) {
   }
   std::lock_guard<std::mutex> g(store_mu_);
   tried_ = false;   // the next lookup catches up with writers at once
+  next_catch_up_.store(0);
 }
 
 void KernelTable::forget_all() {
@@ -127,6 +134,7 @@ void KernelTable::forget_all() {
   }
   std::lock_guard<std::mutex> g(store_mu_);
   tried_ = false;
+  next_catch_up_.store(0);
 }
 
 std::string KernelTable::store_state() const {

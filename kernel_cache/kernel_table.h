@@ -68,6 +68,7 @@ class KernelTable {
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
   std::atomic<uint64_t> gen_{1};
+  std::atomic<int64_t> next_catch_up_{0};   // steady_clock ticks; 0: due now
 
   mutable std::mutex store_mu_;        // guards store_, store_state_, last_try_
   std::unique_ptr<Store> store_;
