@@ -16,13 +16,12 @@
 #include <ATen/ops/tanh_backward_cuda_dispatch.h>
 #include <ATen/ops/tanh_cuda_dispatch.h>
 #include <ATen/ops/threshold_backward_cuda_dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAGraphsUtils.cuh>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "dispatcher/call.h"
 #include "dispatcher/registry.h"
+#include "runtime/cuda_api.h"
 
 namespace kc::dispatch {
 
@@ -33,9 +32,15 @@ namespace kc::dispatch {
 #undef KC_DEV
 
 namespace {
-void* current_stream(int device) { return at::cuda::getCurrentCUDAStream(device).stream(); }
+void* current_stream(int device) { return c10::cuda::getCurrentCUDAStream(device).stream(); }
+// Through the lazily loaded driver (torch's inline helper would link libcudart into us).
 bool capturing(int device) {
-  return at::cuda::currentStreamCaptureStatusMayInitCtx() != at::cuda::CaptureStatus::None;
+  auto d = cuda_driver();
+  if (!d) return false;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstream s = reinterpret_cast<CUstream>(c10::cuda::getCurrentCUDAStream(device).stream());
+  if (d.value()->cuStreamIsCapturing(s, &st) != CUDA_SUCCESS) return true;   // unsure: do not load
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 }  // namespace
 

@@ -20,7 +20,7 @@ namespace kc {
   X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent) X(cuCtxPopCurrent)                   \
   X(cuCtxGetDevice) X(cuCtxSynchronize)                                                          \
   X(cuStreamGetCtx) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                  \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture)                                                  \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                                                \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                                   \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)                                  \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8Async)                  \
