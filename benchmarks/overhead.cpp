@@ -55,11 +55,11 @@ double median_ns_per_call(F&& f, bool cuda, int calls = 2000, int reps = 31) {
   return v[v.size() / 2];
 }
 
-std::string call_str(const char* op, const std::string& arg) {
-  auto h = c10::Dispatcher::singleton().findSchemaOrThrow(op, "");
-  if (std::string(op) == "kernelcraft::status") return h.typed<std::string()>().call();
-  h.typed<void(std::string)>().call(arg);
-  return "";
+std::string kc_status() {
+  return c10::Dispatcher::singleton().findSchemaOrThrow("kernelcraft::status", "").typed<std::string()>().call();
+}
+void kc_reset() {
+  c10::Dispatcher::singleton().findSchemaOrThrow("kernelcraft::reset_counters", "").typed<void()>().call();
 }
 
 }  // namespace
@@ -153,11 +153,11 @@ int main(int argc, char** argv) {
           .typed<std::string(std::string, std::string, std::string)>().call(key, src, spec_text);
       at::relu(x);   // loads
     }
-    call_str("kernelcraft::reset_counters", "");
+    kc_reset();
   }
   double ns = median_ns_per_call([&] { (void)at::relu(x); }, cuda);
   nlohmann::json total = nullptr;
-  if (!lib.empty()) total = nlohmann::json::parse(call_str("kernelcraft::status", ""))["total"];
+  if (!lib.empty()) total = nlohmann::json::parse(kc_status())["total"];
   std::printf("{\"device\":\"%s\",\"mode\":\"%s\",\"n\":%lld,\"ns_per_call\":%.1f,\"counters\":%s}\n",
               device.c_str(), lib.empty() ? "no_library" : mode.c_str(), (long long)n, ns, total.dump().c_str());
   return 0;

@@ -1,6 +1,7 @@
 // The RocksDB store behind store.h: option choices, the writer's lock retry, the per-process
 // secondary directory, and RocksDB statuses mapped onto kc::Status. Nothing here throws or aborts.
 #include "kernel_cache/store.h"
+#include "runtime/fsutil.h"
 
 #include <pwd.h>
 #include <signal.h>
@@ -12,9 +13,9 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdarg>
 #include <cstdlib>
-#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -26,7 +27,6 @@
 namespace kc {
 namespace {
 
-namespace fs = std::filesystem;
 
 // RocksDB's info LOG would grow in the cache directory of every serving process (and cannot be
 // created at all in a read-only one); a logger that drops everything keeps the directory clean.
@@ -76,28 +76,20 @@ bool is_lock_error(const rocksdb::Status& s) {
          lower.find("resource temporarily unavailable") != std::string::npos;
 }
 
-std::string temp_root() {
-  std::error_code ec;
-  fs::path p = fs::temp_directory_path(ec);
-  return ec ? std::string("/tmp") : p.string();
-}
-
 const char* kSecondaryPrefix = "kernelcraft-secondary-";
 
 // Secondary directories of processes that died without closing: removed when the next reader of
 // the same user opens, so /tmp does not fill up. Only names carrying our uid are touched.
 void remove_stale_secondaries() {
-  std::error_code ec;
   std::string mine = std::string(kSecondaryPrefix) + std::to_string(getuid()) + "-";
-  for (fs::directory_iterator it(temp_root(), ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (name.compare(0, mine.size(), mine) != 0) continue;
+  const std::string root = temp_root();
+  list_dir(root, [&](const std::string& name) {
+    if (name.compare(0, mine.size(), mine) != 0) return;
     long pid = std::strtol(name.c_str() + mine.size(), nullptr, 10);
-    if (pid <= 0 || pid == getpid()) continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm_ec;
-    fs::remove_all(it->path(), rm_ec);
-  }
+    if (pid <= 0 || pid == getpid()) return;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return;
+    remove_tree(root + "/" + name);
+  });
 }
 
 std::string new_secondary_path() {
@@ -115,10 +107,7 @@ class RocksStore final : public Store {
     if (db_ && mode_ == Mode::kWriter) compact_if_needed();
     if (db_) db_->Close().PermitUncheckedError();  // nothing useful to do with a failed close
     db_.reset();
-    if (!secondary_.empty()) {
-      std::error_code ec;
-      fs::remove_all(secondary_, ec);
-    }
+    if (!secondary_.empty()) remove_tree(secondary_);
   }
 
   Mode mode() const override { return mode_; }
@@ -192,9 +181,8 @@ class RocksStore final : public Store {
 };
 
 Result<std::unique_ptr<rocksdb::DB>> open_writer(const std::string& dir, int lock_wait_ms) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return Status::error(Code::kIOError, "cannot create cache directory " + dir + ": " + ec.message());
+  if (!make_dirs(dir))
+    return Status::error(Code::kIOError, "cannot create cache directory " + dir + ": " + std::strerror(errno));
   rocksdb::Options o = base_options(Store::Mode::kWriter);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, lock_wait_ms));
   int backoff_ms = 5;
@@ -223,8 +211,7 @@ Result<std::unique_ptr<Store>> open_impl(const std::string& dir, Store::Mode mod
     return std::unique_ptr<Store>(new RocksStore(std::move(db).value(), mode, dir, ""));
   }
   // Readers never create anything in `dir`: a missing database is simply "nothing cached yet".
-  std::error_code ec;
-  if (!fs::exists(fs::path(dir) / "CURRENT", ec))
+  if (!path_exists(dir + "/CURRENT"))
     return Status::error(Code::kNotFound, "no kernel cache in " + dir);
   rocksdb::Options o = base_options(mode);
   rocksdb::DB* raw = nullptr;
@@ -238,12 +225,12 @@ Result<std::unique_ptr<Store>> open_impl(const std::string& dir, Store::Mode mod
   }
   remove_stale_secondaries();
   std::string secondary = new_secondary_path();
-  fs::create_directories(secondary, ec);
-  if (ec) return Status::error(Code::kIOError, "cannot create " + secondary + ": " + ec.message());
+  if (!make_dirs(secondary))
+    return Status::error(Code::kIOError, "cannot create " + secondary + ": " + std::strerror(errno));
   rocksdb::Status s = rocksdb::DB::OpenAsSecondary(o, dir, secondary, &raw);
   if (!s.ok()) {
     delete raw;
-    fs::remove_all(secondary, ec);
+    remove_tree(secondary);
     return map_status(s, "open " + dir + " as secondary");
   }
   return std::unique_ptr<Store>(new RocksStore(std::unique_ptr<rocksdb::DB>(raw), mode, dir, secondary));
@@ -252,7 +239,7 @@ Result<std::unique_ptr<Store>> open_impl(const std::string& dir, Store::Mode mod
 }  // namespace
 
 Result<std::unique_ptr<Store>> Store::open(const std::string& dir, Mode mode, int lock_wait_ms) {
-  // RocksDB reports errors as statuses, but std::filesystem and allocation can throw; the boundary
+  // RocksDB reports errors as statuses, but allocation can throw; the boundary
   // catches everything so a broken cache never takes down the user's process.
   try {
     return open_impl(dir, mode, lock_wait_ms);

@@ -1,5 +1,6 @@
 // CPU backend: host compiler in a private temp dir -> .so bytes -> memfd + dlopen -> parallel_for.
 #include "runtime/cpu_backend.h"
+#include "runtime/fsutil.h"
 
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -8,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -22,7 +22,6 @@
 namespace kc {
 namespace {
 
-namespace fs = std::filesystem;
 
 constexpr double kCompileTimeoutS = 120;
 
@@ -41,8 +40,7 @@ class TempDir {
     if (mkdtemp(buf.data())) path_ = buf.data();
   }
   ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
+    if (!path_.empty()) remove_tree(path_);
   }
   bool ok() const { return !path_.empty(); }
   std::string file(const char* name) const { return path_ + "/" + name; }

@@ -1,0 +1,21 @@
+// Small POSIX file helpers for code that runs inside torch processes. std::filesystem is avoided
+// there on purpose: libtorch.so exports its own std::filesystem symbols, and calls from this
+// library bound to those and crashed (remove_all, seen on the H200 with torch 2.11).
+#pragma once
+#include <functional>
+#include <string>
+
+namespace kc {
+
+bool path_exists(const std::string& p);
+bool is_directory(const std::string& p);
+// mkdir -p; false with errno set on failure.
+bool make_dirs(const std::string& p);
+// rm -rf without following symlinks; best effort.
+void remove_tree(const std::string& p);
+// $TMPDIR or /tmp.
+std::string temp_root();
+// Calls fn(name) for each entry of `dir` except . and ..; false if dir cannot be read.
+bool list_dir(const std::string& dir, const std::function<void(const std::string&)>& fn);
+
+}  // namespace kc
