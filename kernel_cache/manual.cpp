@@ -43,8 +43,8 @@ Result<Record> make_manual_record(const std::string& key, const std::string& sou
   return r;
 }
 
-Status put_record(const std::string& dir, const Record& r) {
-  auto store = Store::open(dir, Store::Mode::kWriter);
+Status put_record(const std::string& dir, const Record& r, int lock_wait_ms) {
+  auto store = Store::open(dir, Store::Mode::kWriter, lock_wait_ms);
   if (!store) return store.status();
   return store.value()->put(r.key, encode_record(r));
 }

@@ -16,6 +16,6 @@ Result<Record> make_manual_record(const std::string& key, const std::string& sou
                                   const nlohmann::json& launch, const std::string& by);
 
 // Opens `dir` as the writer (waiting for the lock), stores `r` under r.key, closes it again.
-Status put_record(const std::string& dir, const Record& r);
+Status put_record(const std::string& dir, const Record& r, int lock_wait_ms = 5000);
 
 }  // namespace kc

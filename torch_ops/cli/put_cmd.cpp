@@ -3,15 +3,13 @@
 // the gauntlet (evolve/) is what verifies.
 #include <cctype>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 
 #include "kernel_cache/key.h"
+#include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
 #include "kernel_cache/store.h"
-#include "runtime/cpu_backend.h"
-#include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 #include "torch_ops/cli/cli.h"
 
@@ -80,45 +78,22 @@ int run_cache_put(const Args& args) {
   auto spec = parse_launch_spec(spec_json);
   if (!spec) return fail(launch_path + ": " + spec.status().message());
 
-  Result<CompileOutput> compiled = Status::error(Code::kUnsupported, "no backend");
-  std::string target_id;
-  if (target->backend == "cpu") {
-    Backend& cpu = cpu_backend();
-    target_id = cpu.target_id();
-    // Keys are matched exactly: a record for another toolchain is stored but never served here.
-    if (target_id != key_target(key))
-      warn("key target " + key_target(key) + " is not this machine's " + target_id +
-           "; the kernel will be served only where they match");
-    compiled = cpu.compile(source.value());
-  } else {
-    compiled = nvrtc_compile(source.value(), target->sm);
+  // One implementation of "compile for the key's target and build the record" (kernel_cache/manual.h),
+  // shared with torch.ops.kernelcraft.put_kernel.
+  auto rec = make_manual_record(key, source.value(), spec_json, "kernelcraft cache put");
+  if (!rec) {
+    if (args.json) print_json({{"error", rec.status().to_string()}}, true);
+    return fail("compile failed for " + target->backend + ": " + first_error_line(rec.status().message()));
   }
-  if (!compiled) {
-    if (args.json) print_json({{"error", compiled.status().to_string()}}, true);
-    return fail("compile failed for " + target->backend + ": " + first_error_line(compiled.status().message()));
-  }
-
-  Record r;
-  r.key = key;
-  r.op = key_op(key);
-  r.backend = target->backend;
-  r.state = "served";
-  r.source = source.value();
-  r.launch = to_json(spec.value());
-  r.meta = {{"provenance", {{"by", "kernelcraft cache put"}, {"verified", false},
-                            {"created", static_cast<int64_t>(std::time(nullptr))}}},
-            {"compile", {{"log", compiled->log}, {"millis", compiled->millis}}}};
-  r.blob = std::move(compiled->binary);
-
-  auto st = Store::open(args.cache_dir, Store::Mode::kWriter, 10000);
-  if (!st) return fail(st.status().message());
-  if (Status s = st.value()->put(key, encode_record(r)); !s) return fail(s.message());
+  const Record& r = rec.value();
+  if (Status s = put_record(args.cache_dir, r, 10000); !s) return fail(s.message());
+  const double compile_ms = r.meta["compile"].value("ms", 0.0);
   if (args.json) {
     print_json({{"key", key}, {"backend", r.backend}, {"blob_bytes", r.blob.size()},
-                {"compile_ms", compiled->millis}}, true);
+                {"compile_ms", compile_ms}}, true);
   } else {
     std::printf("stored %s (%s, %zu-byte binary, compiled in %.0f ms)\n", key.c_str(), r.backend.c_str(),
-                r.blob.size(), compiled->millis);
+                r.blob.size(), compile_ms);
   }
   return kExitOk;
 }
