@@ -192,3 +192,32 @@ def test_global_disable_env(tmp_path):
         print(json.dumps({"enabled": s["enabled"], "calls": s["total"]["calls"]}))
     """, KERNELCRAFT_DISABLE=1, KERNELCRAFT_CACHE_DIR=tmp_path / "c")
     assert out == {"enabled": False, "calls": 0}
+
+
+def test_readonly_serving_and_miss_log(tmp_path):
+    """A shipped cache served read-only (the deployment mode), and the miss log for pre-warming."""
+    cache = tmp_path / "shipped"
+    out, _ = child(f"""
+        x = torch.randn(257)
+        torch.relu(x)
+        key = [k for k in kc.missed_keys() if 'aten::relu' in k][0]
+        kc.put_kernel(key, open({str(KERNELS / 'relu_cpu.cpp')!r}).read(), open({str(KERNELS / 'relu_cpu.json')!r}).read())
+        print(json.dumps({{"key": key}}))
+    """, KERNELCRAFT_CACHE_DIR=cache)
+    misses = tmp_path / "missed.txt"
+    out2, _ = child("""
+        x = torch.randn(257)
+        torch.relu(x); y = torch.relu(x)
+        torch.sigmoid(x); torch.sigmoid(x)
+        s = json.loads(kc.status())
+        try:
+            kc.put_kernel("kc1|x|aten::relu|fp32", "", "{}")
+            refused = False
+        except RuntimeError:
+            refused = True
+        print(json.dumps({"hits": s["ops"]["relu"]["hits"], "ok": torch.equal(y, x.clamp_min(0)),
+                          "readonly": s["cache"]["readonly"], "refused": refused}))
+    """, KERNELCRAFT_CACHE_DIR=cache, KERNELCRAFT_CACHE_READONLY=1, KERNELCRAFT_MISS_LOG=misses)
+    assert out2 == {"hits": 1, "ok": True, "readonly": True, "refused": True}
+    logged = misses.read_text().splitlines()
+    assert len(logged) == 1 and "aten::sigmoid" in logged[0]   # each new miss once; hits not logged
