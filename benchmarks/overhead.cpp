@@ -62,6 +62,19 @@ void kc_reset() {
   c10::Dispatcher::singleton().findSchemaOrThrow("kernelcraft::reset_counters", "").typed<void()>().call();
 }
 
+// The example relu's spec resolved for a contiguous float tensor of n elements.
+kc::ResolvedSpec relu_spec(int64_t n, const std::string& spec_text) {
+  kc::Binding b;
+  kc::TensorMeta t;
+  t.name = "self";
+  t.sizes = {n};
+  t.strides = {1};
+  b.tensors.push_back(t);
+  t.name = "out0";
+  b.tensors.push_back(t);
+  return kc::resolve(kc::parse_launch_spec(nlohmann::json::parse(spec_text)).value(), b).value();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,13 +100,7 @@ int main(int argc, char** argv) {
     // NVRTC compile (source -> CUBIN) and module load (CUBIN -> CUfunction), medians of 10.
     kc::Backend* be = kc::cuda_backend(0).value();
     std::vector<double> comp, load;
-    kc::Binding b;
-    kc::TensorMeta t;
-    t.name = "self"; t.sizes = {n}; t.strides = {1};
-    b.tensors.push_back(t);
-    t.name = "out0";
-    b.tensors.push_back(t);
-    auto spec = kc::resolve(kc::parse_launch_spec(nlohmann::json::parse(spec_text)).value(), b).value();
+    kc::ResolvedSpec spec = relu_spec(n, spec_text);
     for (int i = 0; i < 10; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       auto bin = be->compile(src + "\n// variant " + std::to_string(i) + "\n");
@@ -119,13 +126,7 @@ int main(int argc, char** argv) {
     else be = &kc::cpu_backend();
     auto bin = be->compile(src);
     if (!bin) { std::fprintf(stderr, "%s\n", bin.status().to_string().c_str()); return 1; }
-    kc::Binding b;
-    kc::TensorMeta t;
-    t.name = "self"; t.sizes = {n}; t.strides = {1};
-    b.tensors.push_back(t);
-    t.name = "out0";
-    b.tensors.push_back(t);
-    auto spec = kc::resolve(kc::parse_launch_spec(nlohmann::json::parse(spec_text)).value(), b).value();
+    kc::ResolvedSpec spec = relu_spec(n, spec_text);
     auto launcher = std::move(be->load(bin->binary, spec).value());
     kc::ExecContext ctx;
 #ifdef KC_WITH_CUDA
