@@ -69,26 +69,26 @@ KernelTable& State::table() {
 }
 
 const std::string& State::target(Dev dev, int device) {
-  std::lock_guard<std::mutex> g(mu_);
   if (dev == Dev::kCpu) {
-    if (cpu_target_.empty()) cpu_target_ = cpu_backend().target_id();
+    std::call_once(cpu_once_, [this] { cpu_target_ = cpu_backend().target_id(); });
     return cpu_target_;
   }
-  if (device < 0) device = 0;
-  if (static_cast<int>(cuda_targets_.size()) <= device) cuda_targets_.resize(device + 1);
-  std::string& t = cuda_targets_[device];
-  if (t.empty()) {
+  if (device < 0 || device >= kMaxDevices) {
+    static const std::string unsupported = "cuda-unsupported-device";   // never matches a record
+    return unsupported;
+  }
+  std::call_once(cuda_once_[device], [this, device] {
     auto be = cuda_backend(device);
     if (be) {
-      t = be.value()->target_id();
+      cuda_targets_[device] = be.value()->target_id();
     } else {
       // Keys stay well-formed (and never match a stored kernel) when the backend is unusable.
-      t = "cuda-unavailable";
+      cuda_targets_[device] = "cuda-unavailable";
       log_once(LogLevel::kWarn, "cuda-backend", "CUDA backend unavailable (" + be.status().to_string() +
                                                     "); CUDA ops run eager");
     }
-  }
-  return t;
+  });
+  return cuda_targets_[device];
 }
 
 void State::record_miss(const std::string& key) {

@@ -61,8 +61,12 @@ class State {
   std::array<std::atomic<bool>, kNumOps> registered_{};
   std::array<OpCounters, kNumOps> counters_{};
   std::unique_ptr<KernelTable> table_;
+  // Computed once each, so the hot path takes no lock; devices past kMaxDevices never serve.
+  static constexpr int kMaxDevices = 64;
+  std::once_flag cpu_once_;
   std::string cpu_target_;
-  std::vector<std::string> cuda_targets_;
+  std::array<std::once_flag, kMaxDevices> cuda_once_;
+  std::array<std::string, kMaxDevices> cuda_targets_;
   std::vector<std::string> missed_;
   std::unordered_set<std::string> missed_set_;
 };

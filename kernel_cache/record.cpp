@@ -70,7 +70,8 @@ Result<Record> decode_object(const json& j) {
 
 }  // namespace
 
-std::string encode_record(const Record& r) {
+// Every field but the blob, as stored and as shown.
+json fields_without_blob(const Record& r) {
   json j = json::object();
   j["format"] = r.format;
   j["key"] = r.key;
@@ -78,6 +79,13 @@ std::string encode_record(const Record& r) {
   j["backend"] = r.backend;
   j["state"] = r.state;
   j["source"] = r.source;
+  j["launch"] = r.launch;
+  j["meta"] = r.meta;
+  return j;
+}
+
+std::string encode_record(const Record& r) {
+  json j = fields_without_blob(r);
   // launch and meta are objects by contract; anything else is stored as an empty object so the
   // record stays decodable (decode_record rejects non-objects).
   j["launch"] = r.launch.is_object() ? r.launch : json::object();
@@ -109,15 +117,7 @@ Result<Record> decode_record(const std::string& bytes) {
 json record_summary(const Record& r) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a64(r.blob)));
-  json j = json::object();
-  j["format"] = r.format;
-  j["key"] = r.key;
-  j["op"] = r.op;
-  j["backend"] = r.backend;
-  j["state"] = r.state;
-  j["source"] = r.source;
-  j["launch"] = r.launch;
-  j["meta"] = r.meta;
+  json j = fields_without_blob(r);
   j["blob"] = {{"bytes", r.blob.size()}, {"fnv1a64", std::string(hex)}};
   return j;
 }
