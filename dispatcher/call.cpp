@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "dispatcher/evolution.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/log.h"
@@ -130,10 +131,18 @@ Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
     case KernelTable::Kind::kEagerBest:
     case KernelTable::Kind::kMiss:
       c.misses.fetch_add(1, std::memory_order_relaxed);
-      if (l.first_miss) st.record_miss(key_);
+      if (l.first_miss) {
+        st.record_miss(key_);
+        if (l.kind == KernelTable::Kind::kMiss && !capturing()) return Outcome::kEvolve;
+      }
       return Outcome::kEager;
   }
   return Outcome::kEager;
+}
+
+void Call::evolve() {
+  std::vector<const at::Tensor*> in(tensors_.begin(), tensors_.begin() + nt_);
+  request_evolution(key_, dev_ == Dev::kCuda, device_, in);
 }
 
 Binding Call::binding(const std::vector<at::Tensor>& outs) const {

@@ -61,13 +61,15 @@ class Call {
     if (o == Outcome::kServed) return from_list<R>(outs);
     R r = eager();
     if (o == Outcome::kLoad) after_load(as_list(r));
+    else if (o == Outcome::kEvolve) evolve();
     return r;
   }
 
  private:
-  enum class Outcome { kServed, kEager, kLoad };
+  enum class Outcome { kServed, kEager, kLoad, kEvolve };
   Outcome before(std::vector<at::Tensor>& outs);   // serve if possible; counts the call
   void after_load(const std::vector<at::Tensor>& eager_outs);
+  void evolve();   // first miss of the key here: submit an evolution job (dispatcher/evolution.h)
   Status launch(LoadedKernel& k, std::vector<at::Tensor>& outs);
   Binding binding(const std::vector<at::Tensor>& outs) const;
   bool capturing() const;

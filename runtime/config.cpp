@@ -23,6 +23,17 @@ const std::vector<ConfigField>& config_fields() {
       {"precision", "KERNELCRAFT_PRECISION", "precision policy: fp32 | tf32 | bf16 (part of the key)"},
       {"catch_up_ms", "KERNELCRAFT_CATCH_UP_MS", "ms between looks for kernels written by others (0: never)"},
       {"log_level", "KERNELCRAFT_LOG_LEVEL", "debug | info | warn | error | off"},
+      {"evolve", "KERNELCRAFT_EVOLVE", "start background evolution for missed keys (0 to turn off)"},
+      {"worker", "KERNELCRAFT_WORKER", "the kernelcraft executable the worker runs as (default: next to the library)"},
+      {"evolve_gpu_share", "KERNELCRAFT_EVOLVE_GPU_SHARE", "fraction of wall time the worker may evaluate (0.01..1)"},
+      {"evolve_jobs", "KERNELCRAFT_EVOLVE_JOBS", "keys the worker searches concurrently"},
+      {"evolve_key_budget_s", "KERNELCRAFT_EVOLVE_KEY_BUDGET_S", "wall-clock seconds per key's search"},
+      {"evolve_mu", "KERNELCRAFT_EVOLVE_MU", "parents kept per generation"},
+      {"evolve_lambda", "KERNELCRAFT_EVOLVE_LAMBDA", "children per generation"},
+      {"evolve_generations", "KERNELCRAFT_EVOLVE_GENERATIONS", "generation limit per key"},
+      {"evolve_capture_mb", "KERNELCRAFT_EVOLVE_CAPTURE_MB", "largest captured inputs per job, MiB (0: never capture)"},
+      {"evolve_candidate_timeout_s", "KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "seconds before a candidate counts as hung"},
+      {"worker_idle_s", "KERNELCRAFT_WORKER_IDLE_S", "seconds an idle worker waits for jobs before exiting"},
   };
   return f;
 }
@@ -113,7 +124,18 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       else if (k == "log_level") {
         n.log_level = v.get<std::string>();
         if (!valid_level(n.log_level)) return Status::error(Code::kInvalid, "bad log_level '" + n.log_level + "'");
-      } else return Status::error(Code::kInvalid, "unknown config key '" + k + "'");
+      } else if (k == "evolve") n.evolve = v.get<bool>();
+      else if (k == "worker") n.worker = v.get<std::string>();
+      else if (k == "evolve_gpu_share") n.evolve_gpu_share = std::clamp(v.get<double>(), 0.01, 1.0);
+      else if (k == "evolve_jobs") n.evolve_jobs = std::max(1, v.get<int>());
+      else if (k == "evolve_key_budget_s") n.evolve_key_budget_s = v.get<double>();
+      else if (k == "evolve_mu") n.evolve_mu = std::max(1, v.get<int>());
+      else if (k == "evolve_lambda") n.evolve_lambda = std::max(1, v.get<int>());
+      else if (k == "evolve_generations") n.evolve_generations = std::max(1, v.get<int>());
+      else if (k == "evolve_capture_mb") n.evolve_capture_mb = std::max(0, v.get<int>());
+      else if (k == "worker_idle_s") n.worker_idle_s = v.get<double>();
+      else if (k == "evolve_candidate_timeout_s") n.evolve_candidate_timeout_s = std::max(1.0, v.get<double>());
+      else return Status::error(Code::kInvalid, "unknown config key '" + k + "'");
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::error(Code::kInvalid, std::string("config: wrong type: ") + e.what());
@@ -126,7 +148,12 @@ nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
           {"cache_readonly", c.cache_readonly}, {"miss_log", c.miss_log}, {"cxx", c.cxx},
           {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms},
-          {"log_level", c.log_level}};
+          {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
+          {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
+          {"evolve_key_budget_s", c.evolve_key_budget_s}, {"evolve_mu", c.evolve_mu},
+          {"evolve_lambda", c.evolve_lambda}, {"evolve_generations", c.evolve_generations},
+          {"evolve_capture_mb", c.evolve_capture_mb}, {"worker_idle_s", c.worker_idle_s},
+          {"evolve_candidate_timeout_s", c.evolve_candidate_timeout_s}};
 }
 
 Config load_config() {
@@ -166,6 +193,27 @@ Config load_config() {
   if (const char* v = env("KERNELCRAFT_LOG_LEVEL")) {
     if (valid_level(v)) c.log_level = v;
   }
+  // The evolution settings go through apply_json so their ranges are checked in one place.
+  const std::pair<const char*, const char*> numeric[] = {
+      {"KERNELCRAFT_EVOLVE_GPU_SHARE", "evolve_gpu_share"}, {"KERNELCRAFT_EVOLVE_JOBS", "evolve_jobs"},
+      {"KERNELCRAFT_EVOLVE_KEY_BUDGET_S", "evolve_key_budget_s"}, {"KERNELCRAFT_EVOLVE_MU", "evolve_mu"},
+      {"KERNELCRAFT_EVOLVE_LAMBDA", "evolve_lambda"}, {"KERNELCRAFT_EVOLVE_GENERATIONS", "evolve_generations"},
+      {"KERNELCRAFT_EVOLVE_CAPTURE_MB", "evolve_capture_mb"}, {"KERNELCRAFT_WORKER_IDLE_S", "worker_idle_s"},
+      {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"}};
+  for (const auto& [var, key] : numeric) {
+    const char* v = env(var);
+    if (!v) continue;
+    char* end = nullptr;
+    double x = std::strtod(v, &end);
+    nlohmann::json j = {{key, x}};
+    if (std::string(key) != "evolve_gpu_share" && std::string(key) != "evolve_key_budget_s" &&
+        std::string(key) != "worker_idle_s" && std::string(key) != "evolve_candidate_timeout_s")
+      j[key] = static_cast<int>(x);
+    if (end == v || *end != 0 || !apply_json(c, j))
+      log_once(LogLevel::kWarn, std::string("config-") + key, std::string(var) + "=" + v + " is not a valid number; ignoring it");
+  }
+  if (const char* v = env("KERNELCRAFT_EVOLVE")) c.evolve = truthy(v);
+  if (const char* v = env("KERNELCRAFT_WORKER")) c.worker = v;
   return c;
 }
 

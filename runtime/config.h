@@ -23,6 +23,20 @@ struct Config {
   int catch_up_ms = 500;               // KERNELCRAFT_CATCH_UP_MS / "catch_up_ms": how often a serving
                                        // process looks for kernels written by others (0: never)
   std::string log_level = "warn";      // KERNELCRAFT_LOG_LEVEL / "log_level"
+  // Background evolution (the worker process; evolve/worker.h).
+  bool evolve = true;                  // KERNELCRAFT_EVOLVE / "evolve": submit misses to the worker
+  std::string worker;                  // KERNELCRAFT_WORKER / "worker": the kernelcraft executable
+  double evolve_gpu_share = 0.2;       // KERNELCRAFT_EVOLVE_GPU_SHARE / "evolve_gpu_share": duty cycle
+  int evolve_jobs = 1;                 // KERNELCRAFT_EVOLVE_JOBS / "evolve_jobs": keys searched at once
+  double evolve_key_budget_s = 600;    // KERNELCRAFT_EVOLVE_KEY_BUDGET_S / "evolve_key_budget_s"
+  int evolve_mu = 4;                   // KERNELCRAFT_EVOLVE_MU / "evolve_mu"
+  int evolve_lambda = 8;               // KERNELCRAFT_EVOLVE_LAMBDA / "evolve_lambda"
+  int evolve_generations = 8;          // KERNELCRAFT_EVOLVE_GENERATIONS / "evolve_generations"
+  int evolve_capture_mb = 64;          // KERNELCRAFT_EVOLVE_CAPTURE_MB / "evolve_capture_mb": inputs
+                                       // larger than this are not captured (generated instead)
+  double evolve_candidate_timeout_s = 180;  // KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S: a candidate
+                                           // (sanitizers included) running longer is killed as hung
+  double worker_idle_s = 60;           // KERNELCRAFT_WORKER_IDLE_S / "worker_idle_s": idle worker exits
 };
 
 // One row per setting, for docs, `kernelcraft config` and validation.

@@ -291,7 +291,14 @@ class CpuBackend : public Backend {
   const char* name() const override { return "cpu"; }
   std::string target_id() const override { return toolchain().target_id; }
 
-  Result<CompileOutput> compile(const std::string& source) override {
+  Result<CompileOutput> compile(const std::string& source) override { return cpu_compile(source, {}); }
+
+  Result<std::unique_ptr<Launcher>> load(const std::string& binary, const ResolvedSpec& spec) override;
+};
+
+}  // namespace
+
+Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<std::string>& extra_flags) {
     const Toolchain& tc = toolchain();
     if (!tc.status.is_ok()) return tc.status;
     auto t0 = std::chrono::steady_clock::now();
@@ -306,6 +313,7 @@ class CpuBackend : public Backend {
       return Status::error(Code::kIOError, "cannot write the CPU kernel source");
     std::vector<std::string> argv = tc.cxx;
     argv.insert(argv.end(), tc.flags.begin(), tc.flags.end());
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     argv.insert(argv.end(), {"-o", so, "-x", "c++", src});
     ProcessOptions po;
     po.timeout_s = kCompileTimeoutS;
@@ -326,9 +334,11 @@ class CpuBackend : public Backend {
     }
     out.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return out;
-  }
+}
 
-  Result<std::unique_ptr<Launcher>> load(const std::string& binary, const ResolvedSpec& spec) override {
+namespace {
+
+Result<std::unique_ptr<Launcher>> CpuBackend::load(const std::string& binary, const ResolvedSpec& spec) {
     if (binary.size() < 4 || binary.compare(0, 4, "\x7f" "ELF") != 0)
       return Status::error(Code::kLaunchError, "CPU kernel binary is not an ELF shared object");
     for (const auto& l : spec.launches) {
@@ -352,8 +362,7 @@ class CpuBackend : public Backend {
       entries.push_back(it->second);
     }
     return std::unique_ptr<Launcher>(new CpuLauncher(std::move(so), spec, std::move(entries)));
-  }
-};
+}
 
 }  // namespace
 

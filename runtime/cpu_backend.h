@@ -7,6 +7,7 @@
 // loops over its blocks. kc_cpu.h (prepended to every source) declares kc_cpu_ctx.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -14,6 +15,10 @@ namespace kc {
 
 // Process-wide CPU backend. Compiler: KERNELCRAFT_CXX or "c++"; flags fixed (-O3 -shared -fPIC).
 Backend& cpu_backend();
+
+// Compiles with the backend's flags plus `extra_flags` (e.g. -fsanitize=address for the gauntlet's
+// sanitizer stage); what Backend::compile does with none.
+Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<std::string>& extra_flags);
 
 // The prelude prepended to every CPU kernel source before compiling.
 const char* cpu_kernel_prelude();

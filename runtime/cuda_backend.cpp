@@ -1,6 +1,8 @@
 // CUDA backend: NVRTC -> CUBIN; modules in the device's primary context; checked cuLaunchKernel.
 #include "runtime/cuda_backend.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -325,6 +327,46 @@ Result<Backend*> cuda_backend(int device) {
 Status cuda_available(int device) {
   Result<Backend*> b = cuda_backend(device);
   return b.is_ok() ? Status::ok() : b.status();
+}
+
+Result<std::string> cuda_resources_json(int device, const std::string& cubin, const std::vector<std::string>& entries) {
+  auto be = cuda_backend(device);
+  if (!be) return be.status();
+  const DriverApi& d = *cuda_driver().value();
+  CUdevice dev;
+  CUresult r = d.cuDeviceGet(&dev, device);
+  CUcontext primary = nullptr;
+  if (r == CUDA_SUCCESS) r = d.cuDevicePrimaryCtxRetain(&primary, dev);
+  if (r != CUDA_SUCCESS) return Status::error(Code::kUnavailable, "primary context: " + cu_error(d, r));
+  nlohmann::json out = nlohmann::json::object();
+  Status st;
+  {
+    ScopedContext scope(d, primary);
+    CUmodule mod = nullptr;
+    r = d.cuModuleLoadData(&mod, cubin.data());
+    if (r != CUDA_SUCCESS) {
+      st = Status::error(Code::kLaunchError, "cuModuleLoadData: " + cu_error(d, r));
+    } else {
+      for (const auto& e : entries) {
+        CUfunction f;
+        if (d.cuModuleGetFunction(&f, mod, e.c_str()) != CUDA_SUCCESS) continue;
+        auto attr = [&](CUfunction_attribute a) {
+          int v = 0;
+          d.cuFuncGetAttribute(&v, a, f);
+          return v;
+        };
+        out[e] = {{"registers", attr(CU_FUNC_ATTRIBUTE_NUM_REGS)},
+                  {"static_smem", attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)},
+                  {"local_bytes", attr(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)},
+                  {"const_bytes", attr(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)},
+                  {"max_threads", attr(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)}};
+      }
+      d.cuModuleUnload(mod);
+    }
+  }
+  d.cuDevicePrimaryCtxRelease(dev);
+  if (!st) return st;
+  return out.dump();
 }
 
 }  // namespace kc

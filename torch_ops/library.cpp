@@ -4,6 +4,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include "dispatcher/evolution.h"
 #include "dispatcher/state.h"
 #include "kernel_cache/manual.h"
 #include "runtime/log.h"
@@ -75,6 +76,10 @@ std::string op_put_kernel(std::string key, std::string source, std::string launc
 
 void op_forget() { State::get().table().forget_all(); }
 
+// Blocks the caller (never the dispatcher) until this process's evolution jobs have ended.
+bool op_wait_for_evolution(double timeout_s) { return dispatch::wait_for_evolution(timeout_s); }
+std::string op_evolution_status() { return dispatch::evolution_status().dump(); }
+
 bool already_loaded() {
   return c10::Dispatcher::singleton().findSchema({"kernelcraft::status", ""}).has_value();
 }
@@ -97,6 +102,8 @@ struct Init {
       lib->def("missed_keys() -> str[]", &op_missed_keys);
       lib->def("put_kernel(str key, str source, str launch) -> str", &op_put_kernel);
       lib->def("forget() -> ()", &op_forget);
+      lib->def("wait_for_evolution(float timeout_s=600.0) -> bool", &op_wait_for_evolution);
+      lib->def("evolution_status() -> str", &op_evolution_status);
       dispatch::register_ops(State::get().config().ops);
     } catch (const std::exception& e) {
       log(LogLevel::kError, std::string("initialisation failed, nothing is intercepted: ") + e.what());

@@ -20,6 +20,9 @@ KERNELS = ROOT / "examples" / "kernels"
 _session_cache = tempfile.mkdtemp(prefix="kc-pytest-")
 os.environ["KERNELCRAFT_CACHE_DIR"] = _session_cache
 os.environ.setdefault("KERNELCRAFT_CATCH_UP_MS", "50")
+# Background evolution is off for the serving tests (their misses would start workers that compete
+# for the CI machine's two cores); test_evolution.py turns it on for its own child processes.
+os.environ.setdefault("KERNELCRAFT_EVOLVE", "0")
 
 import torch  # noqa: E402
 

@@ -1,5 +1,6 @@
 // Shared pieces of the kernelcraft command-line tool: parsed arguments, output and exit codes.
-// The tool is torch-free (kc_kernel_cache + kc_runtime only) so it runs where torch is absent.
+// The cache commands need only kc_kernel_cache; worker, evolve and verify run the evolution path
+// (kc_evolve, which links torch for the eager references in the evaluation child).
 #pragma once
 #include <map>
 #include <string>
@@ -41,5 +42,10 @@ void print_json(const nlohmann::json& j, bool compact);
 int run_cache(const Args& args);
 // `kernelcraft cache put`: compile and store one kernel (put_cmd.cpp).
 int run_cache_put(const Args& args);
+// evolve_cmds.cpp
+int run_worker_cmd(const Args& args);
+int run_evolve_cmd(const Args& args);
+int run_verify_cmd(const Args& args);
+int run_search_state_cmd(const Args& args);
 
 }  // namespace kc::cli

@@ -2,7 +2,9 @@
 // and the operator table. A hand-written argv parser keeps it free of dependencies.
 #include <cstdio>
 #include <set>
+#include <string>
 
+#include "evolve/child.h"
 #include "kernel_cache/store.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
@@ -28,12 +30,26 @@ const char kUsage[] =
     "                                       compile FILE for KEY's target (cpu-..., or\n"
     "                                       cuda-sm_XX... with NVRTC) and store it as served\n"
     "\n"
+    "  evolve (--keys FILE | --key KEY | --op OP --shape AxB[;CxD]) [--device N] [--backend cuda|cpu]\n"
+    "         [--dtype f32] [--args JSON] [--mu N] [--lambda N] [--generations N] [--budget-s S]\n"
+    "                                       search kernels offline for keys (e.g. a miss log)\n"
+    "                                       and store the winners (or eager_best)\n"
+    "  verify (--key KEY | --op OP --shape AxB[;CxD]) --source FILE --launch SPEC.json\n"
+    "         [--backend cuda|cpu] [--dtype f32] [--args JSON] [--device N] [--precision P]\n"
+    "                                       run a kernel through the whole verification\n"
+    "                                       gauntlet; exit 0 only if it is verified\n"
+    "  search-state KEY                     every candidate a key's search tried, with verdicts\n"
+    "  worker [--jobs N] [--idle-s S]       the evolution worker (started by the runtime)\n"
+    "\n"
     "  --cache-dir DIR   cache directory (default: $KERNELCRAFT_CACHE_DIR, else\n"
     "                    $XDG_CACHE_HOME/kernelcraft, else ~/.cache/kernelcraft)\n"
     "  --json            machine-readable output on stdout\n"
     "OP is a short name (gelu) or an aten name (aten::gelu). Exit status: 0 ok, 1 failure, 2 usage.\n";
 
-const std::set<std::string> kValueOptions = {"cache-dir", "op", "match", "key", "source", "launch"};
+const std::set<std::string> kValueOptions = {"cache-dir", "op", "match", "key", "source", "launch", "keys",
+                                             "shape", "dtype", "args", "backend", "device", "precision",
+                                             "mu", "lambda", "generations", "budget-s", "gpu-share", "jobs",
+                                             "idle-s"};
 const std::set<std::string> kSwitches = {"json", "help", "no-overwrite"};
 
 // Fills `out` from argv; returns kExitOk or a usage error (already printed).
@@ -69,6 +85,10 @@ int parse(int argc, char** argv, Args& out) {
       value = argv[++i];
     }
     if (value.empty()) return usage_error("option --" + name + " needs a non-empty value");
+    if (name == "shape" && out.values.count(name)) {   // repeatable: shapes accumulate
+      out.values[name] += ";" + value;
+      continue;
+    }
     if (out.values.count(name)) return usage_error("option --" + name + " given twice");
     out.values[name] = value;
   }
@@ -126,6 +146,11 @@ int check_options(const Args& args) {
       {"export", {"op", "match"}},
       {"import", {"no-overwrite"}},
       {"put", {"key", "source", "launch"}},
+      {"worker", {"jobs", "idle-s", "gpu-share"}},
+      {"search-state", {}},
+      {"evolve", {"keys", "key", "op", "shape", "dtype", "args", "backend", "device", "precision", "mu", "lambda",
+                  "generations", "budget-s", "gpu-share"}},
+      {"verify", {"key", "op", "shape", "dtype", "args", "backend", "device", "precision", "source", "launch"}},
   };
   std::string cmd = args.words[0] == "cache" && args.words.size() > 1 ? args.words[1] : args.words[0];
   auto it = allowed.find(cmd);
@@ -151,6 +176,10 @@ int run(int argc, char** argv) {
   if (cmd == "ops") return run_ops(args);
   if (cmd == "targets") return run_targets(args);
   if (cmd == "cache") return run_cache(args);
+  if (cmd == "worker") return run_worker_cmd(args);
+  if (cmd == "evolve") return run_evolve_cmd(args);
+  if (cmd == "verify") return run_verify_cmd(args);
+  if (cmd == "search-state") return run_search_state_cmd(args);
   if (cmd == "help") {
     std::fputs(kUsage, stdout);
     return kExitOk;
@@ -183,6 +212,8 @@ void print_json(const nlohmann::json& j, bool compact) {
 int main(int argc, char** argv) {
   // Everything below returns statuses; this is only the last guard against, say, bad_alloc.
   try {
+    // The evaluation child speaks its own line protocol (evolve/child.h); no CLI parsing.
+    if (argc > 1 && std::string(argv[1]) == "eval-child") return kc::evolve::eval_child_main(argc, argv);
     return kc::cli::run(argc, argv);
   } catch (const std::exception& e) {
     return kc::cli::fail(std::string("internal error: ") + e.what());

@@ -1,0 +1,721 @@
+// The verification gauntlet; stage list and rationale in gauntlet.h.
+#include "evolve/gauntlet.h"
+
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "evolve/eager.h"
+#include "evolve/static_check.h"
+#include "runtime/config.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/cuda_api.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/fsutil.h"
+#include "runtime/launch_spec.h"
+#include "runtime/log.h"
+#include "runtime/subprocess.h"
+
+namespace kc::evolve {
+
+nlohmann::json Verdict::to_json() const {
+  nlohmann::json st = nlohmann::json::array();
+  for (const auto& s : stages)
+    st.push_back({{"name", s.name}, {"outcome", s.outcome}, {"summary", s.summary}, {"evidence", s.evidence},
+                  {"millis", s.millis}});
+  return {{"verified", verified}, {"stage", stage}, {"stages", st}, {"median_ms", median_ms}, {"mad_ms", mad_ms},
+          {"eager_median_ms", eager_median_ms}, {"eager_mad_ms", eager_mad_ms}};
+}
+
+const Stage* Verdict::rejection() const {
+  for (const auto& s : stages)
+    if (s.outcome == "rejected") return &s;
+  return nullptr;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct InputSet {
+  std::string name;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> ref, ref64;   // eager and fp64 outputs
+  std::vector<double> budget, tau;      // per output
+  std::vector<double> eager_err;        // eager's own error against fp64, per output
+};
+
+// max_i |x - r64| / (|r64| + tau) over positions where the eager reference is finite.
+double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where) {
+  at::Tensor finite = at::isfinite(ref) & at::isfinite(r64);
+  at::Tensor e = (x.to(at::kDouble) - r64).abs() / (r64.abs() + tau);
+  e = at::where(finite, e, at::zeros_like(e));
+  e = at::where(at::isnan(e), at::full_like(e, INFINITY), e);   // candidate NaN where eager is finite
+  if (e.numel() == 0) return 0;
+  at::Tensor flat = e.reshape(-1);
+  int64_t idx = flat.argmax().item<int64_t>();
+  if (where) *where = idx;
+  return flat[idx].item<double>();
+}
+
+std::string index_string(const at::Tensor& t, int64_t flat) {
+  std::string s = "[";
+  auto sizes = t.sizes();
+  std::vector<int64_t> idx(sizes.size());
+  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+    idx[d] = sizes[d] ? flat % sizes[d] : 0;
+    flat = sizes[d] ? flat / sizes[d] : 0;
+  }
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? "," : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+double value_at(const at::Tensor& t, int64_t flat) { return t.reshape(-1)[flat].item<double>(); }
+
+// Compares one output; on failure returns the evidence (first offending index, values).
+std::optional<nlohmann::json> compare(const std::string& out_name, const at::Tensor& x, const at::Tensor& ref,
+                                      const at::Tensor& r64, double budget, double tau) {
+  if (!x.defined() || !ref.defined()) {
+    if (x.defined() != ref.defined()) return nlohmann::json{{"output", out_name}, {"error", "output presence differs"}};
+    return std::nullopt;
+  }
+  // Non-finite values: exactly where eager has them, with the same kind.
+  at::Tensor xn = at::isnan(x), rn = at::isnan(ref);
+  at::Tensor xi = at::isinf(x), ri = at::isinf(ref);
+  at::Tensor bad = (xn != rn) | (xi != ri) | (ri & (x != ref));
+  if (bad.any().item<bool>()) {
+    int64_t i = bad.reshape(-1).nonzero()[0][0].item<int64_t>();
+    return nlohmann::json{{"output", out_name}, {"check", "non-finite"}, {"index", index_string(ref, i)},
+                          {"expected", value_at(ref, i)}, {"actual", value_at(x, i)},
+                          {"why", "NaN/Inf where eager has none, or missing where it has them"}};
+  }
+  // Denormals kept: where eager gives a non-zero subnormal, the candidate must not flush to zero.
+  if (x.scalar_type() == at::kFloat) {
+    at::Tensor sub = (ref != 0) & (ref.abs() < std::numeric_limits<float>::min()) & (x == 0);
+    if (sub.any().item<bool>()) {
+      int64_t i = sub.reshape(-1).nonzero()[0][0].item<int64_t>();
+      return nlohmann::json{{"output", out_name}, {"check", "denormal"}, {"index", index_string(ref, i)},
+                            {"expected", value_at(ref, i)}, {"actual", 0.0}, {"why", "flushes denormals to zero"}};
+    }
+  }
+  int64_t i = 0;
+  double err = rel_err(x, ref, r64, tau, &i);
+  if (err > budget) {
+    return nlohmann::json{{"output", out_name}, {"check", "error budget"}, {"index", index_string(ref, i)},
+                          {"expected", value_at(ref, i)}, {"fp64", value_at(r64, i)}, {"actual", value_at(x, i)},
+                          {"error", err}, {"budget", budget}};
+  }
+  return std::nullopt;
+}
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  const size_t bytes = ac.numel() * ac.element_size();
+  if (a.is_cpu()) return std::memcmp(ac.data_ptr(), bc.data_ptr(), bytes) == 0;
+  // Compare as bytes on the device; NaN payloads included.
+  return at::equal(ac.view(at::kByte), bc.view(at::kByte));
+}
+
+std::string find_sanitizer(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* e = std::getenv("KERNELCRAFT_SANITIZER")) return e;
+  if (const char* p = std::getenv("PATH")) {
+    std::string path = p;
+    size_t start = 0;
+    while (start <= path.size()) {
+      size_t colon = path.find(':', start);
+      std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      std::string cand = dir + "/compute-sanitizer";
+      if (!dir.empty() && access(cand.c_str(), X_OK) == 0) return cand;
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+  }
+  for (const char* c : {"/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer"})
+    if (access(c, X_OK) == 0) return c;
+  return "";
+}
+
+std::string read_text(const std::string& p, size_t limit) {
+  std::ifstream f(p);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (s.size() > limit) s = s.substr(0, limit) + "...";
+  return s;
+}
+
+bool write_bytes(const std::string& p, const void* data, size_t n) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  return static_cast<bool>(f);
+}
+
+// The host compiler's libasan.so, or "" (asked once).
+std::string asan_runtime() {
+  static const std::string path = [] {
+    std::string out = temp_root() + "/kc-asan-path-" + std::to_string(getpid());
+    ProcessOptions po;
+    po.timeout_s = 20;
+    po.output_path = out;
+    std::vector<std::string> argv = split_command(load_config().cxx);
+    argv.push_back("-print-file-name=libasan.so");
+    auto r = run_process(argv, po);
+    std::string p = read_text(out, 4096);
+    unlink(out.c_str());
+    while (!p.empty() && (p.back() == '\n' || p.back() == ' ')) p.pop_back();
+    if (!r || !r.value().ok() || p.empty() || p[0] != '/' || access(p.c_str(), R_OK) != 0) return std::string();
+    return p;
+  }();
+  return path;
+}
+
+}  // namespace
+
+struct Gauntlet::Impl {
+  OpCall call;
+  int device = 0;
+  at::Device dev = at::kCPU;
+  GauntletOptions opt;
+  Backend* be = nullptr;
+  std::vector<InputSet> sets;
+  std::optional<Timing> eager;
+  bool lost = false;
+  std::unique_ptr<Launcher> scrub;     // fills shared memory with NaN before each candidate call
+  uint64_t fresh_seed = 1000;
+
+  bool cuda() const { return call.backend == "cuda"; }
+
+  Status sync() {
+    if (!cuda()) return Status::ok();
+    auto d = cuda_driver();
+    if (!d) return d.status();
+    CUresult r = d.value()->cuCtxSynchronize();
+    if (r != CUDA_SUCCESS) {
+      lost = true;
+      return Status::error(Code::kLaunchError, "device fault: " + cu_error(*d.value(), r));
+    }
+    return Status::ok();
+  }
+
+  Status make_set(const std::string& name, std::vector<at::Tensor> inputs) {
+    InputSet s;
+    s.name = name;
+    s.inputs = std::move(inputs);
+    s.ref = run_eager(call, s.inputs);
+    s.ref64 = run_fp64(call, s.inputs);
+    if (s.ref.size() != call.outputs.size())
+      return Status::error(Code::kInvalid, "eager returned " + std::to_string(s.ref.size()) + " outputs");
+    for (size_t j = 0; j < s.ref.size(); ++j) {
+      const TensorMeta& m = call.outputs[j];
+      if (s.ref[j].defined() != m.defined ||
+          (m.defined && (s.ref[j].sizes().vec() != m.sizes || s.ref[j].strides().vec() != m.strides)))
+        return Status::error(Code::kInvalid, "eager's output " + m.name + " differs from the inferred layout");
+      double tau = 0, err = 0;
+      if (m.defined) {
+        at::Tensor r64 = s.ref64[j];
+        at::Tensor fin = at::isfinite(r64);
+        at::Tensor vals = at::where(fin, r64, at::zeros_like(r64));
+        double rms = r64.numel() ? std::sqrt(vals.pow(2).mean().item<double>()) : 0;
+        tau = std::max(1e-2 * rms, 1e-30);
+        err = rel_err(s.ref[j], s.ref[j], r64, tau, nullptr);
+      }
+      const double eps = m.dtype == DType::kF64 ? 2.2e-16 : m.dtype == DType::kF32 ? 1.19e-7 : 7.8e-3;
+      s.tau.push_back(tau);
+      s.eager_err.push_back(err);
+      // The candidate may be a few times less exact than eager, never less than a few ulp of room.
+      s.budget.push_back(std::max(4 * err, 16 * eps));
+    }
+    sets.push_back(std::move(s));
+    return Status::ok();
+  }
+
+  void poison(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& scratch) {
+    for (auto& o : outs)
+      if (o.defined()) {
+        if (o.is_floating_point()) o.fill_(NAN);
+        else o.fill_(-1);
+      }
+    for (auto& s : scratch) s.fill_(0xFF);
+  }
+
+  std::vector<at::Tensor> alloc_outputs() {
+    std::vector<at::Tensor> outs;
+    for (const auto& m : call.outputs) outs.push_back(empty_like_meta(m, dev));
+    return outs;
+  }
+
+  std::vector<at::Tensor> alloc_scratch(const ResolvedSpec& spec) {
+    std::vector<at::Tensor> s;
+    for (int64_t b : spec.scratch_bytes) s.push_back(at::empty({b}, at::TensorOptions().dtype(at::kByte).device(dev)));
+    return s;
+  }
+
+  Status launch(Launcher& l, const ResolvedSpec& spec, const std::vector<at::Tensor>& in, std::vector<at::Tensor>& outs,
+                std::vector<at::Tensor>& scratch) {
+    std::vector<void*> ptrs;
+    for (const auto& t : in) ptrs.push_back(t.defined() ? t.data_ptr() : nullptr);
+    for (auto& t : outs) ptrs.push_back(t.defined() ? t.data_ptr() : nullptr);
+    for (auto& t : scratch) ptrs.push_back(t.data_ptr());
+    if (static_cast<int>(ptrs.size()) != spec.num_slots())
+      return Status::error(Code::kInvalid, "the spec's pointer slots do not match the call");
+    ExecContext ctx;
+    if (!cuda()) {
+      static const ParallelFor pf = [](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+        at::parallel_for(0, n, 1, fn);
+      };
+      ctx.parallel_for = pf;
+    }
+    return l.run(ptrs.data(), ctx);
+  }
+
+  void scrub_smem() {
+    if (!scrub) return;
+    static void* none[1] = {nullptr};
+    ExecContext ctx;
+    scrub->run(none, ctx).ignore();
+  }
+
+  void make_scrubber() {
+    // Leftovers from an earlier kernel are what an uninitialised shared-memory read returns; make
+    // them NaN so such reads show in the numerics instead of passing by luck.
+    const char* src =
+        "extern \"C\" __global__ void kc_scrub() {\n"
+        "  extern __shared__ unsigned int s[];\n"
+        "  unsigned int n = 98304 / 4;\n"
+        "  for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) s[i] = 0x7fc00000u;\n"
+        "  __syncthreads();\n"
+        "  if (s[threadIdx.x] == 1u) s[0] = 0u;\n"
+        "}\n";
+    auto bin = be->compile(src);
+    if (!bin) return;
+    LaunchSpec spec;
+    LaunchSpec::Launch l;
+    l.entry = "kc_scrub";
+    l.grid[0] = "264"; l.grid[1] = "1"; l.grid[2] = "1";
+    l.block[0] = "1024"; l.block[1] = "1"; l.block[2] = "1";
+    l.smem = "98304";
+    spec.launches.push_back(l);
+    auto r = resolve(spec, Binding{});
+    if (!r) return;
+    auto ld = be->load(bin.value().binary, r.value());
+    if (ld) scrub = std::move(ld.value());
+  }
+};
+
+Gauntlet::Gauntlet(std::unique_ptr<Impl> p) : p_(std::move(p)) {}
+Gauntlet::~Gauntlet() = default;
+const OpCall& Gauntlet::call() const { return p_->call; }
+bool Gauntlet::context_lost() const { return p_->lost; }
+std::vector<std::string> Gauntlet::set_names() const {
+  std::vector<std::string> v;
+  for (const auto& s : p_->sets) v.push_back(s.name);
+  return v;
+}
+
+Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std::vector<at::Tensor> captured,
+                                                   GauntletOptions o) {
+  auto impl = std::make_unique<Impl>();
+  impl->call = std::move(call);
+  impl->device = device;
+  impl->opt = std::move(o);
+  try {
+    if (impl->cuda()) {
+      auto be = cuda_backend(device);
+      if (!be) return be.status();
+      impl->be = be.value();
+      impl->dev = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(device));
+      at::empty({1}, at::TensorOptions().device(impl->dev));   // torch's context first: the primary one
+      impl->make_scrubber();
+    } else {
+      impl->be = &cpu_backend();
+    }
+    const OpCall& c = impl->call;
+    bool captured_ok = captured.size() == c.inputs.size();
+    for (size_t k = 0; captured_ok && k < captured.size(); ++k) {
+      const TensorMeta& m = c.inputs[k];
+      const at::Tensor& t = captured[k];
+      captured_ok = t.defined() == m.defined &&
+                    (!m.defined || (t.sizes().vec() == m.sizes && t.scalar_type() == to_scalar_type(m.dtype)));
+    }
+    if (captured_ok && !captured.empty()) {
+      std::vector<at::Tensor> in;
+      for (size_t k = 0; k < captured.size(); ++k) {
+        if (!captured[k].defined()) {
+          in.emplace_back();
+          continue;
+        }
+        at::Tensor t = empty_like_meta(c.inputs[k], impl->dev);
+        t.copy_(captured[k]);
+        in.push_back(t);
+      }
+      KC_RETURN_IF_ERROR(impl->make_set("captured", std::move(in)));
+    } else if (!captured.empty()) {
+      log(LogLevel::kWarn, "captured inputs do not match the key; using generated inputs only");
+    }
+    uint64_t seed = 1;
+    for (const auto& kind : input_kinds(c.op))
+      KC_RETURN_IF_ERROR(impl->make_set(kind, make_inputs(c, kind, seed++, impl->dev)));
+    KC_RETURN_IF_ERROR(impl->sync());
+  } catch (const std::exception& e) {
+    return Status::error(Code::kUnavailable, std::string("reference setup failed: ") + e.what());
+  }
+  return std::unique_ptr<Gauntlet>(new Gauntlet(std::move(impl)));
+}
+
+Result<Timing> Gauntlet::eager_timing() {
+  if (p_->eager) return *p_->eager;
+  Impl& m = *p_;
+  const InputSet* normal = nullptr;
+  for (const auto& s : m.sets)
+    if (s.name == "normal") normal = &s;
+  if (!normal) return Status::error(Code::kInvalid, "no normal input set");
+  TimingOptions to;
+  to.budget_ms = m.opt.timing_budget_ms;
+  auto fn = [&]() -> Status {
+    try {
+      run_eager(m.call, normal->inputs);
+    } catch (const std::exception& e) {
+      return Status::error(Code::kLaunchError, e.what());
+    }
+    return Status::ok();
+  };
+  auto t = m.cuda() ? time_cuda(nullptr, fn, to) : time_cpu(fn, to);
+  if (t) m.eager = t.value();
+  return t;
+}
+
+Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, const std::string& mode) {
+  Impl& m = *p_;
+  Verdict v;
+  auto stage = [&](const std::string& name) -> Stage& {
+    v.stages.push_back(Stage{name, "passed", "", nlohmann::json::object(), 0});
+    return v.stages.back();
+  };
+  auto reject = [&](Stage& s, const std::string& summary, nlohmann::json ev = nlohmann::json::object()) {
+    s.outcome = "rejected";
+    s.summary = summary;
+    if (!ev.is_null() && !ev.empty()) s.evidence = std::move(ev);
+    v.stage = s.name;
+    return v;
+  };
+  const OpCall& c = m.call;
+
+  // -- static
+  {
+    auto t0 = Clock::now();
+    Stage& s = stage("static");
+    std::vector<std::string> dtypes;
+    int64_t max_numel = 0;
+    for (const auto* list : {&c.inputs, &c.outputs})
+      for (const auto& t : *list)
+        if (t.defined) {
+          dtypes.push_back(dtype_name(t.dtype));
+          max_numel = std::max(max_numel, t.numel());
+        }
+    StaticReport rep = static_check(source, c.backend, c.policy, dtypes, max_numel);
+    s.evidence = rep.to_json();
+    s.millis = ms_since(t0);
+    if (!rep.ok()) {
+      std::string first;
+      for (const auto& f : rep.findings)
+        if (f.severity == "error") {
+          first = f.rule + " at line " + std::to_string(f.line) + ": " + f.text;
+          break;
+        }
+      return reject(s, first, s.evidence);
+    }
+  }
+
+  // -- compile
+  std::string binary;
+  {
+    auto t0 = Clock::now();
+    Stage& s = stage("compile");
+    auto out = m.be->compile(source);
+    s.millis = ms_since(t0);
+    if (!out) {
+      std::string msg = out.status().message();
+      return reject(s, msg.substr(0, msg.find('\n')), {{"log", msg.substr(0, 4000)}});
+    }
+    binary = out.value().binary;
+    s.evidence["log"] = out.value().log.substr(0, 2000);
+    s.evidence["compile_ms"] = out.value().millis;
+  }
+
+  // -- load
+  ResolvedSpec spec;
+  std::unique_ptr<Launcher> launcher;
+  {
+    auto t0 = Clock::now();
+    Stage& s = stage("load");
+    auto ps = parse_launch_spec(launch);
+    if (!ps) return reject(s, "launch spec: " + ps.status().message());
+    auto rs = resolve(ps.value(), c.binding());
+    if (!rs) return reject(s, "launch spec: " + rs.status().message());
+    spec = rs.value();
+    if (m.cuda()) {
+      std::vector<std::string> entries;
+      for (const auto& l : spec.launches) entries.push_back(l.entry);
+      auto res = cuda_resources_json(m.device, binary, entries);
+      if (res) {
+        s.evidence["resources"] = nlohmann::json::parse(res.value());
+        for (auto& [name, r] : s.evidence["resources"].items())
+          if (r.value("local_bytes", 0) > 0) s.evidence["spills"] = true;
+      }
+    }
+    auto ld = m.be->load(binary, spec);
+    s.millis = ms_since(t0);
+    if (!ld) return reject(s, ld.status().message());
+    launcher = std::move(ld.value());
+  }
+
+  // -- numerics
+  auto check_set = [&](const InputSet& set, Stage& s, int repeats) -> bool {
+    std::vector<at::Tensor> first;
+    for (int r = 0; r < repeats; ++r) {
+      std::vector<at::Tensor> snapshot;
+      for (const auto& t : set.inputs) snapshot.push_back(t.defined() ? t.clone() : at::Tensor());
+      std::vector<at::Tensor> outs = m.alloc_outputs();
+      std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
+      m.poison(outs, scratch);
+      m.scrub_smem();
+      Status ls = m.launch(*launcher, spec, set.inputs, outs, scratch);
+      if (!ls) {
+        reject(s, "launch failed: " + ls.message(), {{"set", set.name}, {"error", ls.to_string()}});
+        return false;
+      }
+      Status ss = m.sync();
+      if (!ss) {
+        reject(s, ss.message(), {{"set", set.name}, {"error", ss.to_string()}});
+        return false;
+      }
+      for (size_t k = 0; k < set.inputs.size(); ++k)
+        if (!same_bits(set.inputs[k], snapshot[k])) {
+          reject(s, "the kernel wrote into its input '" + c.inputs[k].name + "'", {{"set", set.name}, {"input", c.inputs[k].name}});
+          return false;
+        }
+      for (size_t j = 0; j < outs.size(); ++j) {
+        auto bad = compare(c.outputs[j].name, outs[j], set.ref[j], set.ref64[j], set.budget[j], set.tau[j]);
+        if (bad) {
+          (*bad)["set"] = set.name;
+          (*bad)["call"] = r + 1;
+          (*bad)["eager_error"] = set.eager_err[j];
+          std::string summary = "set '" + set.name + "' output " + c.outputs[j].name + " " +
+                                bad->value("check", std::string("mismatch")) + " at " + bad->value("index", std::string("?")) +
+                                ": expected " + std::to_string(bad->value("expected", 0.0)) + ", got " +
+                                std::to_string(bad->value("actual", 0.0));
+          reject(s, summary, *bad);
+          return false;
+        }
+      }
+      if (r == 0) first = outs;
+      else
+        for (size_t j = 0; j < outs.size(); ++j)
+          if (!same_bits(outs[j], first[j])) s.evidence["bitwise_deterministic"] = false;
+    }
+    return true;
+  };
+  try {
+    auto t0 = Clock::now();
+    Stage& s = stage("numerics");
+    s.evidence["bitwise_deterministic"] = true;
+    nlohmann::json sets = nlohmann::json::array();
+    for (const auto& set : m.sets) {
+      if (!check_set(set, s, set.name == "normal" ? m.opt.repeats : 1)) {
+        s.millis = ms_since(t0);
+        return v;
+      }
+      nlohmann::json b = nlohmann::json::array();
+      for (size_t j = 0; j < set.budget.size(); ++j) b.push_back({{"budget", set.budget[j]}, {"eager_error", set.eager_err[j]}});
+      sets.push_back({{"set", set.name}, {"outputs", b}});
+    }
+    s.evidence["sets"] = sets;
+    s.millis = ms_since(t0);
+    s.summary = std::to_string(m.sets.size()) + " input sets within budget";
+  } catch (const std::exception& e) {
+    Stage& s = v.stages.back();
+    m.sync().ignore();
+    return reject(s, std::string("exception: ") + e.what());
+  }
+
+  // -- timing
+  const InputSet* normal = nullptr;
+  for (const auto& set : m.sets)
+    if (set.name == "normal") normal = &set;
+  {
+    auto t0 = Clock::now();
+    Stage& s = stage("timing");
+    auto eager = eager_timing();
+    if (!eager) return reject(s, "eager timing failed: " + eager.status().message());
+    TimingOptions to;
+    to.budget_ms = m.opt.timing_budget_ms;
+    auto fn = [&]() -> Status {
+      std::vector<at::Tensor> outs = m.alloc_outputs();   // as the serving path does, per call
+      std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
+      return m.launch(*launcher, spec, normal->inputs, outs, scratch);
+    };
+    auto t = m.cuda() ? time_cuda(nullptr, fn, to) : time_cpu(fn, to);
+    s.millis = ms_since(t0);
+    if (!t) {
+      m.sync().ignore();
+      return reject(s, "timing failed: " + t.status().message());
+    }
+    v.median_ms = t.value().median_ms;
+    v.mad_ms = t.value().mad_ms;
+    v.eager_median_ms = eager.value().median_ms;
+    v.eager_mad_ms = eager.value().mad_ms;
+    s.evidence = {{"median_ms", v.median_ms}, {"mad_ms", v.mad_ms}, {"p10_ms", t.value().p10_ms},
+                  {"p90_ms", t.value().p90_ms}, {"reps", t.value().reps}, {"eager_median_ms", v.eager_median_ms},
+                  {"eager_mad_ms", v.eager_mad_ms}, {"l2_flushed", t.value().cache_flushed}};
+    s.summary = std::to_string(v.median_ms * 1e3) + " us vs eager " + std::to_string(v.eager_median_ms * 1e3) + " us";
+  }
+
+  // -- recheck: after hundreds of calls, fresh inputs (state that drifts or replays shows here)
+  try {
+    auto t0 = Clock::now();
+    Stage& s = stage("recheck");
+    const int extra = mode == "full" ? m.opt.recheck_calls : 0;
+    for (int k = 0; k < extra; ++k) {
+      std::vector<at::Tensor> outs = m.alloc_outputs();
+      std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
+      Status ls = m.launch(*launcher, spec, normal->inputs, outs, scratch);
+      if (!ls) return reject(s, "launch failed: " + ls.message());
+    }
+    if (Status ss = m.sync(); !ss) return reject(s, "device fault during repeated calls: " + ss.message());
+    // A fresh normal set with a new seed; plus the normal set again.
+    auto fresh_in = make_inputs(c, "normal", ++m.fresh_seed, m.dev);
+    InputSet fresh;
+    fresh.name = "fresh";
+    fresh.inputs = fresh_in;
+    fresh.ref = run_eager(c, fresh.inputs);
+    fresh.ref64 = run_fp64(c, fresh.inputs);
+    fresh.budget = normal->budget;
+    fresh.tau = normal->tau;
+    fresh.eager_err = normal->eager_err;
+    if (!check_set(fresh, s, 2) || !check_set(*normal, s, 1)) {
+      s.millis = ms_since(t0);
+      return v;
+    }
+    s.millis = ms_since(t0);
+    s.summary = std::to_string(extra) + " extra calls, then fresh inputs within budget";
+  } catch (const std::exception& e) {
+    m.sync().ignore();
+    return reject(v.stages.back(), std::string("exception: ") + e.what());
+  }
+
+  if (mode != "full") {
+    v.verified = true;
+    return v;
+  }
+
+  // -- sanitizer: the candidate alone in a child, buffers at their exact sizes.
+  {
+    auto t0 = Clock::now();
+    Stage& s = stage("sanitizer");
+    std::string dir = m.opt.work_dir.empty() ? temp_root() + "/kc-sanitize-" + std::to_string(getpid()) : m.opt.work_dir;
+    make_dirs(dir);
+    std::string bin = binary;
+    std::vector<std::string> env;
+    std::vector<std::vector<std::string>> runs;   // argv per tool
+    if (m.cuda()) {
+      std::string san = find_sanitizer(m.opt.sanitizer);
+      if (san.empty()) {
+        s.outcome = "skipped";
+        s.summary = "compute-sanitizer not found (set KERNELCRAFT_SANITIZER)";
+      }
+      for (const auto& tool : m.opt.sanitizer_tools) {
+        std::vector<std::string> a = {san, "--tool", tool, "--error-exitcode", "86", "--print-limit", "4"};
+        if (tool == "memcheck") a.insert(a.end(), {"--leak-check", "no"});
+        if (tool == "racecheck") a.insert(a.end(), {"--racecheck-report", "hazard"});
+        a.insert(a.end(), {m.opt.sanitize_exe, dir});
+        runs.push_back(a);
+      }
+    } else {
+      auto asan = cpu_compile(source, {"-fsanitize=address", "-fno-omit-frame-pointer", "-g"});
+      if (!asan) {
+        s.outcome = "skipped";
+        s.summary = "AddressSanitizer build failed: " + asan.status().message().substr(0, 200);
+      } else {
+        bin = asan.value().binary;
+        // The runner is not built with ASan; its runtime is preloaded for the kernel's sake.
+        std::string rt = asan_runtime();
+        if (rt.empty()) {
+          s.outcome = "skipped";
+          s.summary = "no AddressSanitizer runtime (libasan.so) for the host compiler";
+        }
+        env = {"ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0:verify_asan_link_order=0", "LD_PRELOAD=" + rt};
+        runs.push_back({m.opt.sanitize_exe, dir});
+      }
+    }
+    if (s.outcome != "skipped") {
+      if (m.opt.sanitize_exe.empty() || access(m.opt.sanitize_exe.c_str(), X_OK) != 0) {
+        s.outcome = "skipped";
+        s.summary = "kernelcraft-sanitize not found";
+      }
+    }
+    if (s.outcome != "skipped") {
+      nlohmann::json cj = to_json(c);
+      std::ofstream(dir + "/call.json") << cj.dump();
+      std::ofstream(dir + "/launch.json") << launch.dump();
+      write_bytes(dir + "/kernel.bin", bin.data(), bin.size());
+      for (size_t k = 0; k < normal->inputs.size(); ++k) {
+        if (!normal->inputs[k].defined()) continue;
+        at::Tensor h = normal->inputs[k].contiguous().cpu();
+        write_bytes(dir + "/in" + std::to_string(k) + ".bin", h.data_ptr(), h.numel() * h.element_size());
+      }
+      nlohmann::json tools = nlohmann::json::array();
+      for (size_t k = 0; k < runs.size(); ++k) {
+        const std::string tool = m.cuda() ? m.opt.sanitizer_tools[k] : "asan";
+        ProcessOptions po;
+        po.timeout_s = m.opt.sanitizer_timeout_s;
+        po.output_path = dir + "/" + tool + ".log";
+        po.env = env;
+        auto r = run_process(runs[k], po);
+        std::string text = read_text(po.output_path, 6000);
+        if (!r) {
+          tools.push_back({{"tool", tool}, {"result", r.status().to_string()}});
+          s.evidence["tools"] = tools;
+          s.millis = ms_since(t0);
+          return reject(s, tool + ": " + r.status().message(), s.evidence);
+        }
+        bool clean = r.value().ok();
+        tools.push_back({{"tool", tool}, {"exit", r.value().exit_code}, {"signal", r.value().signal},
+                         {"millis", r.value().millis}, {"output", clean ? std::string() : text}});
+        if (!clean) {
+          s.evidence["tools"] = tools;
+          s.millis = ms_since(t0);
+          // The first reported error line is the useful one.
+          std::string first;
+          size_t at = text.find("=========");
+          for (size_t pos = at; pos != std::string::npos && first.empty();) {
+            size_t nl = text.find('\n', pos);
+            std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+            if (line.find("ERROR SUMMARY") == std::string::npos && line.size() > 12 &&
+                line.find("COMPUTE-SANITIZER") == std::string::npos)
+              first = line;
+            pos = nl == std::string::npos ? nl : nl + 1;
+            if (pos != std::string::npos && text.compare(pos, 9, "=========") != 0) pos = text.find("=========", pos);
+          }
+          if (first.empty()) first = text.substr(0, text.find('\n'));
+          return reject(s, tool + ": " + first, s.evidence);
+        }
+      }
+      s.evidence["tools"] = tools;
+      s.summary = "clean";
+      remove_tree(dir);
+    }
+    s.millis = ms_since(t0);
+  }
+  v.verified = true;
+  return v;
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,83 @@
+// The verification gauntlet: cheap to expensive, fail fast, every stage a typed outcome with
+// evidence (shared/DESIGN.md "Verification gauntlet"). Runs in the evaluation child (never in a
+// user's process): a candidate that faults there ends that process only.
+//
+// Stages, in order:
+//   static     source rules (static_check.h): device state, clocks, L2 tricks, precision, host calls
+//   compile    NVRTC / host compiler; resource use (registers, smem, spills) from the binary
+//   load       launch spec resolved for the key; module loaded; entry points found
+//   numerics   every input set (captured, normal, large, offset, extreme, special): outputs poisoned
+//              (NaN) before each call, scratch poisoned, shared memory scrubbed (CUDA), inputs
+//              compared bit for bit after the call, errors against fp64 within a budget derived
+//              from eager's own error, non-finite values where eager has them and only there,
+//              denormals not flushed; repeated calls within the budget
+//   timing     candidate and eager, same inputs, L2 flushed, events, medians (runtime/timing.h)
+//   recheck    (after timing, i.e. after hundreds of calls) fresh inputs again: state drift, caches
+//   sanitizer  ("full" mode) compute-sanitizer memcheck, racecheck, initcheck, synccheck on the
+//              candidate in a child with exact-size buffers (CPU: AddressSanitizer)
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "evolve/op_call.h"
+#include "runtime/status.h"
+#include "runtime/timing.h"
+
+namespace kc::evolve {
+
+struct GauntletOptions {
+  int repeats = 3;                    // calls on the normal set compared with each other
+  double timing_budget_ms = 60;       // per timed side (candidate, eager)
+  int recheck_calls = 200;            // extra calls before the recheck in full mode
+  std::string sanitizer;              // compute-sanitizer executable ("" = $KERNELCRAFT_SANITIZER or PATH)
+  std::string sanitize_exe;           // kernelcraft-sanitize (the exact-size runner)
+  std::string work_dir;               // where sanitizer bundles are written
+  double sanitizer_timeout_s = 120;
+  std::vector<std::string> sanitizer_tools = {"memcheck", "racecheck", "initcheck", "synccheck"};
+};
+
+struct Stage {
+  std::string name;
+  std::string outcome;                // "passed" | "rejected" | "skipped"
+  std::string summary;                // one line
+  nlohmann::json evidence = nlohmann::json::object();
+  double millis = 0;
+};
+
+struct Verdict {
+  bool verified = false;
+  std::string stage;                  // the stage that rejected ("" when verified)
+  std::vector<Stage> stages;
+  double median_ms = 0, mad_ms = 0, eager_median_ms = 0, eager_mad_ms = 0;
+  nlohmann::json to_json() const;
+  const Stage* rejection() const;
+};
+
+class Gauntlet {
+ public:
+  // Builds the reference input sets for `call` (captured inputs first, if their metadata matches)
+  // with eager and fp64 outputs and error budgets. kUnavailable without the call's device.
+  static Result<std::unique_ptr<Gauntlet>> create(OpCall call, int device, std::vector<at::Tensor> captured,
+                                                  GauntletOptions o);
+  ~Gauntlet();
+  // mode "search": static..recheck; "full": everything, sanitizers included.
+  Verdict run(const std::string& source, const nlohmann::json& launch, const std::string& mode);
+  // Eager's time on the normal input set (measured once, on first use).
+  Result<Timing> eager_timing();
+  const OpCall& call() const;
+  // True after a device fault: the CUDA context is unusable and the process must exit.
+  bool context_lost() const;
+  // The input sets' names, for reports.
+  std::vector<std::string> set_names() const;
+
+ private:
+  struct Impl;
+  explicit Gauntlet(std::unique_ptr<Impl> p);
+  std::unique_ptr<Impl> p_;
+};
+
+}  // namespace kc::evolve

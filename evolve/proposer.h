@@ -1,0 +1,58 @@
+// Proposers: op-family templates with knobs. A template renders device code plus a launch spec for
+// one call and one knob setting; the search mutates and crosses knob settings. Proposers never ship
+// host code (shared/DESIGN.md "Kernels and launch specs").
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evolve/op_call.h"
+#include "runtime/status.h"
+
+namespace kc::evolve {
+
+using Knobs = std::map<std::string, int64_t>;
+
+// One knob and the values it may take for a call (the first value is the template's default).
+struct KnobDim {
+  std::string name;
+  std::vector<int64_t> values;
+};
+
+struct Candidate {
+  std::string family;        // the template's name, e.g. "cuda.unary"
+  Knobs knobs;
+  std::string source;        // CUDA (NVRTC) or C++ (host compiler) source
+  nlohmann::json launch;     // launch spec (runtime/launch_spec.h)
+  std::vector<std::string> parents;   // ids of the candidates it was derived from
+  std::string origin;        // "seed" | "mutation" | "crossover" | "user" | "llm"
+  // Stable identity: family + knobs (two candidates with the same id are the same variant).
+  std::string id() const;
+};
+
+class Template {
+ public:
+  virtual ~Template() = default;
+  virtual const char* name() const = 0;      // "cuda.unary", "cpu.layer_norm", ...
+  virtual const char* backend() const = 0;   // "cuda" | "cpu"
+  // The knob space for `c`; empty when this template does not handle the call (op, dtype, layout).
+  virtual std::vector<KnobDim> space(const OpCall& c) const = 0;
+  // Renders source and launch spec. kUnsupported for a knob combination that is invalid for `c`
+  // (e.g. a vector width that does not divide the row); never throws.
+  virtual Result<Candidate> render(const OpCall& c, const Knobs& k) const = 0;
+};
+
+// Every template, CUDA and CPU.
+const std::vector<const Template*>& all_templates();
+// The templates that handle `c` on its backend (non-empty space()).
+std::vector<const Template*> templates_for(const OpCall& c);
+
+// Registration lists, one per file (templates_cuda.cpp, templates_cpu.cpp).
+const std::vector<const Template*>& cuda_templates();
+const std::vector<const Template*>& cpu_templates();
+// Deliberately wrong templates for tests (planted.cpp); inert unless KERNELCRAFT_PLANTED is set.
+const std::vector<const Template*>& planted_templates();
+
+}  // namespace kc::evolve

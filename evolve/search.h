@@ -1,0 +1,91 @@
+// The (mu+lambda) search over one key: seeds from every template that handles the call, then
+// generations of lambda children (knob mutation and crossover of the mu best verified parents),
+// never proposing a variant twice. Everything tried is in SearchState, which is persisted after
+// every evaluation so a killed worker resumes where it stopped.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evolve/proposer.h"
+
+namespace kc::evolve {
+
+struct SearchOptions {
+  int mu = 4;
+  int lambda = 8;
+  int max_generations = 8;
+  int patience = 2;               // generations without a >1% improvement before stopping
+  double target_speedup = 0;      // stop once best beats eager by this factor (0: off)
+  int max_candidates = 96;        // evaluated candidates per key, all generations
+  double key_budget_s = 600;      // wall clock per key across resumes
+  uint64_t seed = 0x6b63;
+};
+nlohmann::json to_json(const SearchOptions& o);
+SearchOptions search_options_from(const nlohmann::json& j);   // missing fields keep defaults
+
+// The outcome of one candidate through the gauntlet's search stages.
+struct Evaluation {
+  std::string id, family, origin;
+  Knobs knobs;
+  std::vector<std::string> parents;
+  std::string verdict;            // "passed" | "rejected" | "unsupported" | "crash" | "timeout" | "error"
+  std::string stage;              // the stage that decided a rejection ("compile", "numerics", ...)
+  nlohmann::json evidence = nlohmann::json::object();
+  double median_ms = 0, mad_ms = 0;   // passed: verified median time of one call
+  int generation = 0;
+  bool passed() const { return verdict == "passed"; }
+};
+nlohmann::json to_json(const Evaluation& e);
+Evaluation evaluation_from(const nlohmann::json& j);
+
+struct SearchState {
+  std::string key;
+  int generation = 0;
+  int stale = 0;                  // generations since the best improved by >1%
+  double best_ms = 0;             // best verified median so far (0: none)
+  double elapsed_s = 0;           // wall clock spent, across resumes
+  bool finished = false;
+  std::string finish_reason;
+  std::vector<Evaluation> tried;  // every candidate, in order
+  std::vector<nlohmann::json> pending;   // rendered but not yet evaluated: {family, knobs, parents, origin}
+};
+nlohmann::json to_json(const SearchState& s);
+SearchState search_state_from(const nlohmann::json& j);
+
+class Search {
+ public:
+  Search(OpCall call, SearchOptions opt, SearchState resumed = {});
+  // The next candidates to evaluate: the pending ones of an interrupted generation first, else a
+  // new generation. Empty when the search is over (see state().finished).
+  std::vector<Candidate> next_batch();
+  void report(const Evaluation& e);
+  // Closes the current generation: updates best / stagnation, decides whether to stop.
+  void end_generation(double eager_ms);
+  void add_elapsed(double s) { st_.elapsed_s += s; }
+  const SearchState& state() const { return st_; }
+  // Passed evaluations, fastest first.
+  std::vector<const Evaluation*> ranked() const;
+  // Renders a tried or pending candidate again (sources are deterministic in family + knobs).
+  Result<Candidate> render(const std::string& family, const Knobs& k) const;
+
+ private:
+  std::vector<Candidate> seeds();
+  std::vector<Candidate> children();
+  bool fresh(const Candidate& c) const { return seen_.count(c.id()) == 0; }
+  void take(std::vector<Candidate>& out, Result<Candidate> c, std::set<std::string>& batch_ids);
+
+  OpCall call_;
+  SearchOptions opt_;
+  SearchState st_;
+  std::vector<const Template*> templates_;
+  std::set<std::string> seen_;    // ids of everything tried or pending
+  std::mt19937_64 rng_;
+};
+
+}  // namespace kc::evolve

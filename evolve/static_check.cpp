@@ -1,0 +1,473 @@
+// The static source check: one table of rules (id, backend, where it looks, pattern, severity, when
+// it applies, why) run over views of the source that have comments and string literals blanked, so
+// neither can trigger or hide a finding. Three rules need more than a regex (mutable state that
+// survives launches, the include allowlist, 32-bit index math); they are rows of the same table.
+#include "evolve/static_check.h"
+
+#include <algorithm>
+#include <cctype>
+#include <regex>
+#include <set>
+
+namespace kc::evolve {
+namespace {
+
+enum class Back { kCuda, kCpu, kBoth };
+// kCode: comments and the contents of string/char literals blanked. kQuoted: only preprocessor lines
+// and the arguments of asm(...), __attribute__((...)) and _Pragma(...), with their strings intact
+// (those strings are code: PTX, optimize("fast-math")).
+enum class View { kCode, kQuoted };
+// When a rule applies, from the call: float data is f32/f64 (or unknown); reduced precision is
+// allowed where the data itself is f16/bf16 or the policy says so.
+enum class When { kAlways, kFloatData, kNoFp16, kNoBf16, kNoTensorCore };
+enum class Check { kRegex, kDeviceState, kInclude, kInt32Index };
+
+struct Rule {
+  const char* id;
+  Back back;
+  View view;
+  Check check;
+  const char* pattern;    // kRegex only
+  const char* severity;   // kInt32Index decides per call
+  When when;
+  const char* why;
+};
+
+// clang-format off
+const Rule kRules[] = {
+  // (1) D26/D27: state that outlives a launch can replay a stored output or drift after N calls.
+  {"device-state", Back::kBoth, View::kCode, Check::kDeviceState, nullptr, "error", When::kAlways,
+   "mutable state that survives launches (namespace-scope __device__/__managed__ or static variable): D26/D27"},
+  // (2) D19/D20/D21: precision the policy forbids.
+  {"reduced-precision", Back::kBoth, View::kCode, Check::kRegex,
+   R"(\b(__half2?|__half_raw|__half2_raw|__float2half\w*|__half2float|__floats2half2\w*|__half22float2|__low2half|__high2half|__h(add|sub|mul|div|fma|neg|abs|max|min|eq|ne|lt|gt|le|ge)2?(_\w+)?|_Float16|__fp16|_cvtss_sh|_cvtsh_ss|_mm\d*_cvtps_ph|_mm\d*_cvtph_ps)\b|\bh2?(exp2?|exp10|log2?|log10|sqrt|rsqrt|rcp|sin|cos)\s*\(|\bhalf2?\s+[A-Za-z_]\w*\s*[=;,\)\[]|<\s*half2?\s*>)",
+   "error", When::kNoFp16, "fp16 types or conversions on fp32 data: a silent precision downgrade (D19)"},
+  {"reduced-precision", Back::kBoth, View::kQuoted, Check::kRegex, R"(\.f16(x2)?\b)",
+   "error", When::kNoFp16, "fp16 PTX on fp32 data: a silent precision downgrade (D19)"},
+  {"reduced-precision", Back::kBoth, View::kCode, Check::kRegex,
+   R"(\b(__nv_bfloat16\w*|nv_bfloat16\w*|__float2bfloat16\w*|__bfloat162float|__floats2bfloat162\w*|__bf16|bfloat16|_mm\d*_cvtne2?ps2?_pbh|_mm\d*_dpbf16_ps)\b)",
+   "error", When::kNoBf16, "bf16 types or conversions on fp32 data under a policy that forbids them (D19)"},
+  {"reduced-precision", Back::kBoth, View::kQuoted, Check::kRegex, R"(\.bf16(x2)?\b)",
+   "error", When::kNoBf16, "bf16 PTX on fp32 data under a policy that forbids it (D19)"},
+  {"tensor-core", Back::kBoth, View::kCode, Check::kRegex,
+   R"(\bwmma::|\bnvcuda::|\b__hmma\w*|\b(mma_sync|load_matrix_sync|store_matrix_sync|__float_to_tf32|wgmma\w*)\b|\b_tile_\w+\s*\()",
+   "error", When::kNoTensorCore, "tensor-core / TF32 math under the fp32 policy: ~10 mantissa bits (D20)"},
+  {"tensor-core", Back::kBoth, View::kQuoted, Check::kRegex, R"(\b(w?mma|wgmma)\.|\bldmatrix\b|\.tf32\b)",
+   "error", When::kNoTensorCore, "tensor-core / TF32 PTX under the fp32 policy (D20)"},
+  {"fast-math", Back::kCuda, View::kCode, Check::kRegex,
+   R"(\b__(expf|exp10f|logf|log2f|log10f|sinf|cosf|sincosf|tanf|powf|fdividef|saturatef)\b)",
+   "error", When::kFloatData, "approximate fast-math intrinsic: wrong denormals, extremes and NaN handling (D21)"},
+  {"fast-math", Back::kBoth, View::kQuoted, Check::kRegex, R"(\.approx\b|\.ftz\b)",
+   "error", When::kFloatData, "approximate or flush-to-zero PTX instruction (D21)"},
+  {"fast-math", Back::kBoth, View::kQuoted, Check::kRegex,
+   R"(fast-?math|Ofast|unsafe-math|finite-math|associative-math|reciprocal-math|no-signed-zeros|reassociate|denormal-fp-math)",
+   "error", When::kFloatData, "fast-math pragma or attribute (D21)"},
+  {"fast-math", Back::kCpu, View::kCode, Check::kRegex,
+   R"(\b(_mm_setcsr|_MM_SET_FLUSH_ZERO_MODE|_MM_SET_DENORMALS_ZERO_MODE|__builtin_ia32_ldmxcsr|fesetround|fesetenv|feholdexcept|feupdateenv|_mm\d*_(rcp|rsqrt)(14|28)?_[ps]s)\b)",
+   "error", When::kFloatData, "flush-to-zero, rounding-mode change or approximate reciprocal on the CPU (D21)"},
+  // (3) D28: a kernel must not observe time.
+  {"timer", Back::kCuda, View::kCode, Check::kRegex, R"(\bclock(64)?\s*\(|\b__globaltimer\w*)",
+   "error", When::kAlways, "reads a clock: kernels must not observe time (D28)"},
+  {"timer", Back::kBoth, View::kQuoted, Check::kRegex, R"(%globaltimer|%clock|\brdtscp?\b|\brdpmc\b|cntvct_el0)",
+   "error", When::kAlways, "reads a clock in inline asm: kernels must not observe time (D28)"},
+  {"timer", Back::kCpu, View::kCode, Check::kRegex,
+   R"(\b(clock|time|clock_gettime|gettimeofday|timespec_get|__rdtscp?|_rdtsc|__builtin_ia32_rdtscp?|__builtin_readcyclecounter)\s*\(|\bchrono::)",
+   "error", When::kAlways, "reads a clock: kernels must not observe time (D28)"},
+  {"sleep", Back::kCuda, View::kCode, Check::kRegex, R"(\b__nanosleep\b)",
+   "warning", When::kAlways, "sleeps on the device: nothing a kernel of these ops needs (D28)"},
+  {"inline-asm", Back::kBoth, View::kCode, Check::kRegex, R"(\b(asm|__asm__|__asm)\b)",
+   "warning", When::kAlways, "inline asm: hides semantics from the other rules; recorded for review"},
+  // (4) D30: L2 residency and cache-policy tricks beat the L2 flush of the timing harness.
+  {"l2-residency", Back::kCuda, View::kQuoted, Check::kRegex,
+   R"(createpolicy|evict_last|evict_unchanged|L2::cache_hint|discard\.global|applypriority)",
+   "error", When::kAlways, "L2 residency / cache-policy PTX: time below the memory floor (D30)"},
+  {"l2-residency", Back::kCuda, View::kCode, Check::kRegex,
+   R"(\b(cudaAccessPolicyWindow|accessPolicyWindow|cudaLimitPersistingL2CacheSize|__nv_associate_access_property|access_property|annotated_ptr|discard_memory|createpolicy\w*)\b)",
+   "error", When::kAlways, "L2 residency / access-policy API: time below the memory floor (D30)"},
+  {"l2-prefetch", Back::kCuda, View::kQuoted, Check::kRegex, R"(prefetch\.global\.L2)",
+   "warning", When::kAlways, "explicit L2 prefetch: harmless under the harness's L2 flush, recorded (D30)"},
+  // (5) D08: 32-bit index math wraps past 2^31 elements (error only when the call is that big).
+  {"int32-index", Back::kCuda, View::kCode, Check::kInt32Index, nullptr, nullptr, When::kAlways,
+   "32-bit index computed from blockIdx*blockDim wraps for tensors past 2^31 (or 2^32) elements (D08)"},
+  // (6) D23/D25/D28/D29: host-side things device code must not do.
+  {"include", Back::kBoth, View::kQuoted, Check::kInclude, nullptr, "error", When::kAlways,
+   "#include outside the allowlist: kernels are self-contained device code (D23/D29)"},
+  {"host-call", Back::kCpu, View::kCode, Check::kRegex,
+   R"(\b(pthread_\w+|fork|vfork|system|popen|exec[lv]p?e?|dlopen|dlsym|dlmopen|fopen|freopen|open|openat|creat|getenv|secure_getenv|setenv|putenv|mmap|munmap|mprotect|syscall|ioctl|signal|sigaction|raise|kill|exit|_exit|abort|atexit|setjmp|longjmp|sched_\w+|prctl|ptrace|sleep|usleep|nanosleep|omp_\w+)\s*\(|\bstd::(thread|jthread|async|this_thread|atexit)\b|\b(constructor|destructor)\b\s*\)\s*\)|\b__builtin_(frame|return)_address\b|\bextern\b(?!\s*"[^"]*"))",
+   "error", When::kAlways, "host call from a kernel (threads, processes, files, environment, load-time code, outside symbols): D23/D25/D28/D29"},
+  {"host-call", Back::kCuda, View::kCode, Check::kRegex,
+   R"(\bcuda[A-Z]\w*|\bcu(Launch|Mem|Stream|Ctx|Module|Graph|Event|Device|Func)\w*|<<<)",
+   "error", When::kAlways, "CUDA runtime/driver API or a dynamic-parallelism launch in device code (D23/D25)"},
+  {"grid-sync", Back::kCuda, View::kCode, Check::kRegex, R"(\bthis_grid\s*\(|\bgrid_group\b|\bthis_multi_grid\b)",
+   "error", When::kAlways, "grid-wide sync needs a cooperative launch, which the runtime never makes: hangs or races (D04)"},
+  {"openmp", Back::kCpu, View::kQuoted, Check::kRegex, R"(#\s*pragma\s+omp\b)",
+   "warning", When::kAlways, "OpenMP pragma: ignored (no -fopenmp); parallelism belongs to the runtime's grid split"},
+  {"alloc", Back::kBoth, View::kCode, Check::kRegex,
+   R"(\b(malloc|calloc|realloc|aligned_alloc|posix_memalign|free)\s*\(|\bnew\b|\bdelete\b)",
+   "warning", When::kAlways, "heap allocation inside a kernel: slow and fallible; use scratch buffers from the launch spec"},
+  {"token-paste", Back::kBoth, View::kQuoted, Check::kRegex, R"(##)",
+   "warning", When::kAlways, "token pasting can assemble names the other rules look for"},
+};
+// clang-format on
+
+// Headers a kernel may include; everything else is an error. CPU kernels get kc_cpu.h prepended.
+const std::set<std::string> kCpuIncludes = {
+    "math.h",  "stdint.h",   "stddef.h",  "string.h",  "float.h",     "stdbool.h", "cmath",
+    "cstdint", "cstddef",    "cstring",   "cfloat",    "algorithm",   "limits",    "type_traits",
+    "utility", "immintrin.h", "arm_neon.h"};
+
+struct Ctx {
+  bool cuda = true;
+  std::string policy;
+  bool float_data = true, has_f16 = false, has_bf16 = false;
+  int64_t max_numel = 0;
+};
+
+bool applies(When w, const Ctx& c) {
+  switch (w) {
+    case When::kAlways: return true;
+    case When::kFloatData: return c.float_data;
+    case When::kNoFp16: return c.float_data && !c.has_f16;
+    case When::kNoBf16: return c.float_data && !c.has_bf16 && c.policy != "bf16";
+    case When::kNoTensorCore: return c.float_data && !c.has_f16 && !c.has_bf16 && c.policy == "fp32";
+  }
+  return true;
+}
+
+bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// The source after line splicing with views of equal length; line[i] is the original line of text[i].
+struct Views {
+  std::string text, nocomment, code, quoted, decl;
+  std::vector<int> line;
+  std::vector<std::string> original;   // original lines, for Finding::text
+};
+
+void blank(std::string& s, size_t from, size_t to) {
+  for (size_t i = from; i < to && i < s.size(); ++i)
+    if (s[i] != '\n') s[i] = ' ';
+}
+
+// Index of the ')' matching the '(' at `open` in `s` (strings are already blanked), or npos.
+size_t match_paren(const std::string& s, size_t open) {
+  int depth = 0;
+  for (size_t i = open; i < s.size(); ++i) {
+    if (s[i] == '(') ++depth;
+    else if (s[i] == ')' && --depth == 0) return i;
+  }
+  return std::string::npos;
+}
+
+Views make_views(const std::string& src) {
+  Views v;
+  int ln = 1;
+  size_t start = 0;
+  for (size_t i = 0; i <= src.size(); ++i)
+    if (i == src.size() || src[i] == '\n') {
+      std::string l = src.substr(start, i - start);
+      if (!l.empty() && l.back() == '\r') l.pop_back();
+      v.original.push_back(l);
+      start = i + 1;
+    }
+  for (size_t i = 0; i < src.size(); ++i) {   // phase 2: backslash-newline splices lines
+    if (src[i] == '\\' && (i + 1 < src.size() && (src[i + 1] == '\n' || (src[i + 1] == '\r' && i + 2 < src.size() && src[i + 2] == '\n')))) {
+      i += src[i + 1] == '\r' ? 2 : 1;
+      ++ln;
+      continue;
+    }
+    v.text.push_back(src[i]);
+    v.line.push_back(ln);
+    if (src[i] == '\n') ++ln;
+  }
+  v.line.push_back(ln);
+  const std::string& t = v.text;
+  const size_t n = t.size();
+  v.nocomment = t;
+  v.code = t;
+  for (size_t i = 0; i < n;) {
+    if (t[i] == '/' && i + 1 < n && t[i + 1] == '/') {
+      size_t e = t.find('\n', i);
+      if (e == std::string::npos) e = n;
+      blank(v.nocomment, i, e), blank(v.code, i, e);
+      i = e;
+    } else if (t[i] == '/' && i + 1 < n && t[i + 1] == '*') {
+      size_t e = t.find("*/", i + 2);
+      e = e == std::string::npos ? n : e + 2;
+      blank(v.nocomment, i, e), blank(v.code, i, e);
+      i = e;
+    } else if (t[i] == '"' || t[i] == '\'') {
+      // A quote after a number's digits is a C++14 digit separator (1'000), not a literal.
+      size_t b = i;
+      while (b > 0 && (is_ident(t[b - 1]) || t[b - 1] == '.')) --b;
+      if (t[i] == '\'' && b < i && std::isdigit(static_cast<unsigned char>(t[b]))) { ++i; continue; }
+      std::string prefix = t.substr(b, i - b);
+      size_t e;
+      if (t[i] == '"' && !prefix.empty() && prefix.back() == 'R') {   // raw string R"d( ... )d"
+        size_t lp = t.find('(', i);
+        std::string close = ")" + (lp == std::string::npos ? std::string() : t.substr(i + 1, lp - i - 1)) + "\"";
+        e = lp == std::string::npos ? std::string::npos : t.find(close, lp);
+        e = e == std::string::npos ? n : e + close.size() - 1;
+      } else {
+        e = i + 1;
+        while (e < n && t[e] != t[i] && t[e] != '\n') e += t[e] == '\\' ? 2 : 1;
+        e = std::min(e, n);
+      }
+      blank(v.code, i + 1, e);   // keep the delimiters so `extern "C"` still reads as extern "..."
+      i = e + 1;
+    } else {
+      ++i;
+    }
+  }
+  v.quoted.assign(n, ' ');
+  v.decl = v.code;
+  for (size_t i = 0; i < n; ++i)
+    if (t[i] == '\n') v.quoted[i] = '\n';
+  for (size_t ls = 0; ls < n;) {   // preprocessor lines: quoted keeps them, decl drops them
+    size_t le = t.find('\n', ls);
+    if (le == std::string::npos) le = n;
+    size_t f = v.code.find_first_not_of(" \t", ls);
+    if (f < le && v.code[f] == '#') {
+      std::copy(v.nocomment.begin() + ls, v.nocomment.begin() + le, v.quoted.begin() + ls);
+      blank(v.decl, ls, le);
+    }
+    ls = le + 1;
+  }
+  static const std::regex kCarrier(R"(\b(asm|__asm__|__asm|__attribute__|_Pragma)\b(\s|volatile|__volatile__|goto|inline)*\()");
+  for (auto it = std::sregex_iterator(v.code.begin(), v.code.end(), kCarrier); it != std::sregex_iterator(); ++it) {
+    size_t open = it->position() + it->length() - 1;
+    size_t close = match_paren(v.code, open);
+    if (close == std::string::npos) close = n - 1;
+    std::copy(v.nocomment.begin() + open, v.nocomment.begin() + close + 1, v.quoted.begin() + open);
+  }
+  return v;
+}
+
+std::string trim(std::string s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+bool has_word(const std::string& s, const char* w) {
+  return std::regex_search(s, std::regex(std::string("\\b") + w + "\\b"));
+}
+
+// Immutable if constexpr, or const applies to the variable itself (not only to what it points at).
+bool immutable(const std::string& head) {
+  if (has_word(head, "constexpr") || has_word(head, "__constant__")) return true;
+  size_t star = head.find_last_of("*&");
+  size_t c = head.rfind("const");
+  return c != std::string::npos && has_word(head, "const") && (star == std::string::npos || c > star);
+}
+
+// `template <...> rest` -> `rest`.
+std::string strip_template(std::string s) {
+  s = trim(s);
+  if (s.rfind("template", 0) == 0) {
+    int depth = 0;
+    for (size_t i = 8; i < s.size(); ++i) {
+      if (s[i] == '<') ++depth;
+      else if (s[i] == '>' && --depth == 0) return trim(s.substr(i + 1));
+    }
+  }
+  return s;
+}
+
+// Removes attribute-like groups with parentheses (alignas(16), __align__(8), __attribute__((...)),
+// [[...]]) and a leading template<...> so that a remaining '(' means a function.
+std::string declarator_head(std::string s) {
+  static const std::regex kAttr(R"(\b(alignas|__align__|__attribute__|__declspec|__launch_bounds__)\s*\()");
+  std::smatch m;
+  while (std::regex_search(s, m, kAttr)) {
+    size_t open = m.position() + m.length() - 1, close = match_paren(s, open);
+    s.erase(m.position(), (close == std::string::npos ? s.size() : close + 1) - m.position());
+  }
+  for (size_t a; (a = s.find("[[")) != std::string::npos;) {
+    size_t e = s.find("]]", a);
+    s.erase(a, e == std::string::npos ? std::string::npos : e + 2 - a);
+  }
+  s = strip_template(s);
+  int depth = 0;   // cut at the initializer or array bound
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '(' || s[i] == '<') ++depth;
+    else if (s[i] == ')' || s[i] == '>') --depth;
+    else if (depth <= 0 && (s[i] == '[' || s[i] == '{' || (s[i] == '=' && (i + 1 >= s.size() || s[i + 1] != '='))))
+      return trim(s.substr(0, i));
+  }
+  return s;
+}
+
+// True when `t` has an '=' at parenthesis depth 0 that is an assignment, not a comparison.
+bool assigns(const std::string& t) {
+  int depth = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] == '(' || t[i] == '[') ++depth;
+    else if (t[i] == ')' || t[i] == ']') --depth;
+    else if (t[i] == '=' && depth == 0 && (i + 1 >= t.size() || t[i + 1] != '=') &&
+             (i == 0 || std::string("=<>!").find(t[i - 1]) == std::string::npos))
+      return true;
+  }
+  return false;
+}
+
+const std::set<std::string> kNotADeclaration = {
+    "typedef", "using",  "struct", "class", "union", "enum",   "namespace", "friend", "return",
+    "static_assert", "goto", "break", "continue", "case", "default", "else", "do", "if", "for",
+    "while", "switch", "try", "public", "private", "protected", "extern", "operator", "template"};
+
+// Emits a finding when `stmt` (one statement, no trailing ';' or '{') declares mutable state that
+// outlives a launch.
+void check_declaration(const std::string& stmt, bool ns_scope, const Ctx& c, std::vector<size_t>& hits, size_t pos) {
+  std::string head = declarator_head(stmt);
+  if (head.empty() || head.find('(') != std::string::npos) return;   // functions, calls, casts
+  std::smatch first;
+  static const std::regex kFirstWord(R"(^\s*([A-Za-z_]\w*))");
+  if (!std::regex_search(head, first, kFirstWord) || kNotADeclaration.count(first[1])) return;
+  static const std::regex kTwoNames(R"([A-Za-z_]\w*[\s\*&:<>,]+[A-Za-z_]\w*)");
+  if (!std::regex_search(head, kTwoNames)) return;   // `x`, `i++`: not a declaration
+  if (has_word(head, "__shared__") || immutable(head)) return;
+  const bool is_static = has_word(head, "static") || has_word(head, "thread_local");
+  bool state;
+  if (c.cuda) state = ns_scope ? (has_word(head, "__device__") || has_word(head, "__managed__")) : is_static;
+  else state = ns_scope || is_static;
+  if (state) hits.push_back(pos);
+}
+
+// Statement scan over `decl`: tracks braces (namespace-like or not) and checks every statement that
+// could declare a variable with static storage.
+std::vector<size_t> device_state(const Views& v, const Ctx& c) {
+  std::vector<size_t> hits;
+  const std::string& s = v.decl;
+  std::vector<bool> braces;   // true: namespace or extern "C" block
+  size_t stmt = 0;
+  int paren = 0;
+  auto at_ns = [&] { return std::all_of(braces.begin(), braces.end(), [](bool b) { return b; }); };
+  auto start_of = [&](size_t from) { size_t f = s.find_first_not_of(" \t\r\n", from); return f == std::string::npos ? from : f; };
+  static const std::regex kNamespace(R"(^\s*(inline\s+)?namespace\b|^\s*extern\s*"\s*"\s*$)");
+  static const std::regex kBlockWord(R"(^\s*(else|do|try|struct|class|union|enum|namespace|case|default|public|private|protected|template|extern)\b)");
+  for (size_t i = 0; i < s.size(); ++i) {
+    char ch = s[i];
+    if (ch == '(' || ch == '[') ++paren;
+    else if (ch == ')' || ch == ']') paren = std::max(0, paren - 1);
+    else if (paren > 0) continue;
+    else if (ch == ';') {
+      static const std::regex kStatic(R"(\b(static|thread_local)\b)");
+      const bool static_stmt = std::regex_search(s.substr(stmt, i - stmt), kStatic);
+      if (at_ns() || static_stmt) check_declaration(s.substr(stmt, i - stmt), at_ns(), c, hits, start_of(stmt));
+      stmt = i + 1;
+    } else if (ch == '{') {
+      std::string text = s.substr(stmt, i - stmt);
+      std::string t = trim(text);
+      const std::string u = strip_template(t);
+      const bool initializer = !u.empty() && u.find("operator") == std::string::npos && (assigns(u) || (!std::regex_search(u, kBlockWord) && u.find('(') == std::string::npos &&
+                                                             (is_ident(u.back()) || u.back() == ']')));
+      if (initializer) {   // `T x = {...}` / `T x{...}`: skip the braces, the statement goes on to ';'
+        int depth = 0;
+        for (; i < s.size(); ++i) {
+          if (s[i] == '{') ++depth;
+          else if (s[i] == '}' && --depth == 0) break;
+        }
+        continue;
+      }
+      braces.push_back(std::regex_search(t, kNamespace));
+      stmt = i + 1;
+    } else if (ch == '}') {
+      if (!braces.empty()) braces.pop_back();
+      stmt = i + 1;
+    }
+  }
+  return hits;
+}
+
+void add(StaticReport& r, const Views& v, const Rule& rule, const char* severity, size_t pos) {
+  int line = v.line[std::min(pos, v.line.size() - 1)];
+  for (const auto& f : r.findings)
+    if (f.rule == rule.id && f.line == line && f.severity == severity) return;
+  std::string text = line >= 1 && line <= static_cast<int>(v.original.size()) ? trim(v.original[line - 1]) : "";
+  r.findings.push_back({rule.id, severity, line, text, rule.why});
+}
+
+void check_includes(StaticReport& r, const Views& v, const Rule& rule, const Ctx& c) {
+  static const std::regex kInclude(R"re(#\s*include\s*(<([^>\n]*)>|"([^"\n]*)"|[^\n]*))re");
+  for (auto it = std::sregex_iterator(v.quoted.begin(), v.quoted.end(), kInclude); it != std::sregex_iterator(); ++it) {
+    std::string name = (*it)[2].matched ? (*it)[2].str() : (*it)[3].matched ? (*it)[3].str() : "";
+    bool ok;
+    if (!c.cuda) ok = kCpuIncludes.count(name) > 0;
+    else if (name == "cuda_fp16.h") ok = !applies(When::kNoFp16, c) || !applies(When::kNoBf16, c);
+    else if (name == "cuda_bf16.h") ok = !applies(When::kNoBf16, c);
+    else if (name == "mma.h") ok = !applies(When::kNoTensorCore, c);
+    else ok = name == "cooperative_groups.h" || name.rfind("cooperative_groups/", 0) == 0;
+    if (!ok) add(r, v, rule, rule.severity, it->position());
+  }
+}
+
+void check_int32_index(StaticReport& r, const Views& v, const Rule& rule, const Ctx& c) {
+  // A 32-bit variable, or a 64-bit one whose initializer multiplies blockIdx by blockDim in 32 bits.
+  static const std::regex kDecl(
+      R"(\b(unsigned\s+int|unsigned|int|int32_t|uint32_t|uint|long\s+long|unsigned\s+long\s+long|int64_t|uint64_t|size_t|ptrdiff_t|long)\s+[A-Za-z_]\w*\s*=([^;]*))");
+  static const std::regex k64(R"(long|int64_t|uint64_t|size_t|ptrdiff_t)");
+  for (auto it = std::sregex_iterator(v.code.begin(), v.code.end(), kDecl); it != std::sregex_iterator(); ++it) {
+    std::string init = (*it)[2].str();
+    if (init.find("blockIdx") == std::string::npos || init.find("blockDim") == std::string::npos) continue;
+    const bool wide_var = std::regex_search((*it)[1].str(), k64);
+    if (wide_var && std::regex_search(init, k64)) continue;   // widened before the multiply
+    const int64_t limit = wide_var ? int64_t{0xffffffff} : int64_t{0x7fffffff};
+    add(r, v, rule, c.max_numel > limit ? "error" : "warning", it->position());
+  }
+}
+
+}  // namespace
+
+bool StaticReport::ok() const {
+  return std::none_of(findings.begin(), findings.end(), [](const Finding& f) { return f.severity == "error"; });
+}
+
+nlohmann::json StaticReport::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  int errors = 0;
+  for (const auto& f : findings) {
+    errors += f.severity == "error";
+    list.push_back({{"rule", f.rule}, {"severity", f.severity}, {"line", f.line}, {"text", f.text}, {"why", f.why}});
+  }
+  return {{"ok", ok()}, {"errors", errors}, {"warnings", static_cast<int>(findings.size()) - errors}, {"findings", list}};
+}
+
+StaticReport static_check(const std::string& source, const std::string& backend, const std::string& policy,
+                          const std::vector<std::string>& dtypes, int64_t max_numel) {
+  Ctx c;
+  c.cuda = backend != "cpu";
+  c.policy = policy;
+  c.max_numel = max_numel;
+  c.has_f16 = std::count(dtypes.begin(), dtypes.end(), "f16") > 0;
+  c.has_bf16 = std::count(dtypes.begin(), dtypes.end(), "bf16") > 0;
+  c.float_data = dtypes.empty() || std::count(dtypes.begin(), dtypes.end(), "f32") > 0 ||
+                 std::count(dtypes.begin(), dtypes.end(), "f64") > 0;
+  const Views v = make_views(source);
+  StaticReport r;
+  for (const Rule& rule : kRules) {
+    if ((rule.back == Back::kCuda && !c.cuda) || (rule.back == Back::kCpu && c.cuda) || !applies(rule.when, c)) continue;
+    switch (rule.check) {
+      case Check::kRegex: {
+        static std::vector<std::regex> compiled = [] {
+          std::vector<std::regex> out;
+          for (const Rule& x : kRules) out.emplace_back(x.pattern ? x.pattern : "$^", std::regex::ECMAScript | std::regex::optimize);
+          return out;
+        }();
+        const std::regex& re = compiled[&rule - kRules];
+        const std::string& view = rule.view == View::kCode ? v.code : v.quoted;
+        for (auto it = std::sregex_iterator(view.begin(), view.end(), re); it != std::sregex_iterator(); ++it)
+          add(r, v, rule, rule.severity, it->position());
+        break;
+      }
+      case Check::kDeviceState:
+        for (size_t pos : device_state(v, c)) add(r, v, rule, rule.severity, pos);
+        break;
+      case Check::kInclude: check_includes(r, v, rule, c); break;
+      case Check::kInt32Index: check_int32_index(r, v, rule, c); break;
+    }
+  }
+  std::stable_sort(r.findings.begin(), r.findings.end(),
+                   [](const Finding& a, const Finding& b) { return a.line < b.line; });
+  return r;
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,443 @@
+// evolve_key (search -> promotion -> record), verify_kernel, and the worker daemon; see worker.h.
+#include "evolve/worker.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "kernel_cache/manual.h"
+#include "kernel_cache/record.h"
+#include "kernel_cache/store.h"
+#include "runtime/fsutil.h"
+#include "runtime/log.h"
+#include "runtime/subprocess.h"
+#include "runtime/worker_client.h"
+
+namespace kc::evolve {
+
+using Clock = std::chrono::steady_clock;
+
+std::string search_state_key(const std::string& key) { return "search|" + key; }
+
+nlohmann::json to_json(const EvolveOptions& o) {
+  return {{"search", to_json(o.search)}, {"gpu_share", o.gpu_share}, {"candidate_timeout_s", o.candidate_timeout_s},
+          {"min_gain", o.min_gain}, {"noise_sigmas", o.noise_sigmas}, {"max_promote_tries", o.max_promote_tries},
+          {"jobs", o.jobs}};
+}
+
+void apply_evolve_json(EvolveOptions& o, const nlohmann::json& j) {
+  if (!j.is_object()) return;
+  if (j.contains("search")) o.search = search_options_from(j["search"]);
+  o.gpu_share = std::clamp(j.value("gpu_share", o.gpu_share), 0.01, 1.0);
+  o.candidate_timeout_s = j.value("candidate_timeout_s", o.candidate_timeout_s);
+  o.min_gain = j.value("min_gain", o.min_gain);
+  o.noise_sigmas = j.value("noise_sigmas", o.noise_sigmas);
+  o.max_promote_tries = j.value("max_promote_tries", o.max_promote_tries);
+  o.jobs = std::max(1, j.value("jobs", o.jobs));
+}
+
+nlohmann::json EvolveResult::to_json() const {
+  return {{"key", key}, {"outcome", outcome}, {"why", why}, {"eager_ms", eager_ms}, {"best_ms", best_ms},
+          {"evaluated", evaluated}};
+}
+
+namespace {
+
+double secs_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+Result<std::string> read_value(const std::string& dir, const std::string& key) {
+  if (!path_exists(dir + "/CURRENT")) return Status::error(Code::kNotFound, "no cache yet");
+  auto st = Store::open(dir, Store::Mode::kReadOnly);
+  if (!st) return st.status();
+  return st.value()->get(key);
+}
+
+Status write_value(const std::string& dir, const std::string& key, const std::string& value) {
+  auto st = Store::open(dir, Store::Mode::kWriter, 30000);
+  if (!st) return st.status();
+  return st.value()->put(key, value);
+}
+
+std::string iso_now() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// One evaluation child for one call; restarted after a crash, a hang or a device fault.
+class ChildSession {
+ public:
+  ChildSession(std::vector<std::string> argv, const EvolveOptions& o) : argv_(std::move(argv)), o_(o) {}
+
+  Status ensure() {
+    if (child_) return Status::ok();
+    if (starts_ >= 5) return Status::error(Code::kUnavailable, "the evaluation child failed to start 5 times: " + last_error_);
+    ++starts_;
+    auto c = PipedChild::spawn(argv_, {}, "");
+    if (!c) return last_fail(c.status().to_string());
+    child_ = std::move(c.value());
+    auto line = child_->read_line(o_.setup_timeout_s);
+    if (!line) return last_fail("no ready line: " + line.status().to_string() + died());
+    auto j = nlohmann::json::parse(line.value(), nullptr, false);
+    if (j.is_discarded() || !j.value("ready", false))
+      return last_fail(j.is_discarded() ? "bad ready line" : j.value("fatal", std::string("not ready")));
+    ready_ = j;
+    return Status::ok();
+  }
+
+  const nlohmann::json& ready() const { return ready_; }
+
+  // The verdict JSON for one candidate; crashes and hangs become verdicts too. Error: the child
+  // itself cannot run (not the candidate's fault).
+  Result<nlohmann::json> evaluate(const std::string& id, const std::string& source, const nlohmann::json& launch,
+                                  const std::string& mode) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      KC_RETURN_IF_ERROR(ensure());
+      nlohmann::json req = {{"id", id}, {"source", source}, {"launch", launch}, {"mode", mode}};
+      if (!child_->write_line(req.dump())) {   // died after its last answer (device fault): restart
+        reset();
+        continue;
+      }
+      auto line = child_->read_line(o_.candidate_timeout_s);
+      if (!line) {
+        const bool hung = line.status().code() == Code::kTimeout;
+        std::string why = hung ? "no answer within " + std::to_string(static_cast<int>(o_.candidate_timeout_s)) + " s (killed)"
+                               : "the evaluation child died" + died();
+        reset();
+        return crash_verdict(hung ? "timeout" : "crash", why);
+      }
+      auto j = nlohmann::json::parse(line.value(), nullptr, false);
+      if (j.is_discarded() || j.value("id", "") != id) {
+        reset();
+        return crash_verdict("crash", "garbled answer from the evaluation child");
+      }
+      starts_ = 0;
+      return j["verdict"];
+    }
+    return Status::error(Code::kUnavailable, "the evaluation child keeps dying before it reads a candidate");
+  }
+
+ private:
+  static nlohmann::json crash_verdict(const std::string& stage, const std::string& why) {
+    return {{"verified", false}, {"stage", stage},
+            {"stages", {{{"name", stage}, {"outcome", "rejected"}, {"summary", why}, {"evidence", nlohmann::json::object()}}}}};
+  }
+  std::string died() {
+    if (!child_) return "";
+    child_->kill_group();
+    ProcessResult r = child_->wait(5);
+    if (r.signal) return " (signal " + std::to_string(r.signal) + ": " + strsignal(r.signal) + ")";
+    if (r.exited) return " (exit " + std::to_string(r.exit_code) + ")";
+    return "";
+  }
+  Status last_fail(const std::string& why) {
+    last_error_ = why;
+    reset();
+    return Status::error(Code::kUnavailable, "evaluation child: " + why);
+  }
+  void reset() {
+    if (child_) {
+      child_->kill_group();
+      child_->wait(5);
+    }
+    child_.reset();
+  }
+
+  std::vector<std::string> argv_;
+  const EvolveOptions& o_;
+  std::unique_ptr<PipedChild> child_;
+  nlohmann::json ready_;
+  int starts_ = 0;
+  std::string last_error_;
+};
+
+Evaluation evaluation_of(const Candidate& c, const nlohmann::json& verdict) {
+  Evaluation e;
+  e.id = c.id();
+  e.family = c.family;
+  e.origin = c.origin;
+  e.knobs = c.knobs;
+  e.parents = c.parents;
+  const std::string stage = verdict.value("stage", "");
+  if (verdict.value("verified", false)) e.verdict = "passed";
+  else if (stage == "crash" || stage == "timeout") e.verdict = stage;
+  else e.verdict = "rejected";
+  e.stage = stage;
+  e.median_ms = verdict.value("median_ms", 0.0);
+  e.mad_ms = verdict.value("mad_ms", 0.0);
+  // Keep the rejecting stage's evidence (and its summary) rather than the whole verdict: records stay small.
+  for (const auto& s : verdict.value("stages", nlohmann::json::array()))
+    if (s.value("outcome", "") == "rejected")
+      e.evidence = {{"summary", s.value("summary", "")}, {"evidence", s.value("evidence", nlohmann::json::object())}};
+  return e;
+}
+
+std::string temp_call_file(const OpCall& c) {
+  std::string dir = temp_root() + "/kc-calls-" + std::to_string(getpid());
+  make_dirs(dir);
+  std::string p = dir + "/" + fnv1a64_hex(c.key + std::to_string(Clock::now().time_since_epoch().count())) + ".json";
+  std::ofstream(p) << to_json(c).dump();
+  return p;
+}
+
+bool beats(double cand, double cand_mad, double eager, double eager_mad, const EvolveOptions& o) {
+  if (cand <= 0 || eager <= 0) return false;
+  const double sigma = 1.4826 * std::sqrt(cand_mad * cand_mad + eager_mad * eager_mad);
+  return cand < eager * (1 - o.min_gain) && eager - cand > o.noise_sigmas * sigma;
+}
+
+}  // namespace
+
+EvolveResult evolve_key(const std::string& key, const std::string& job_file, int device, const EvolveOptions& o) {
+  EvolveResult res;
+  res.key = key;
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  auto fail = [&](const std::string& why) {
+    res.outcome = "failed";
+    res.why = why;
+    say("failed: " + why);
+    return res;
+  };
+  auto call = call_from_key(key);
+  if (!call) return fail(call.status().to_string());
+  if (auto existing = read_value(o.cache_dir, key)) {
+    auto rec = decode_record(existing.value());
+    if (rec && (rec->state == "served" || rec->state == "eager_best")) {
+      res.outcome = "exists";
+      res.why = rec->state;
+      return res;
+    }
+  }
+  SearchState state;
+  if (auto saved = read_value(o.cache_dir, search_state_key(key))) {
+    auto j = nlohmann::json::parse(saved.value(), nullptr, false);
+    if (!j.is_discarded()) state = search_state_from(j);
+    say("resuming: " + std::to_string(state.tried.size()) + " candidates already evaluated, generation " +
+        std::to_string(state.generation));
+  }
+  Search search(call.value(), o.search, state);
+  auto persist = [&] {
+    Status s = write_value(o.cache_dir, search_state_key(key), to_json(search.state()).dump());
+    if (!s) log(LogLevel::kWarn, "cannot save the search state of " + key + ": " + s.to_string());
+  };
+
+  std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device)};
+  std::string call_file;
+  if (!job_file.empty()) {
+    argv.insert(argv.end(), {"--job", job_file});
+  } else {
+    call_file = temp_call_file(call.value());
+    argv.insert(argv.end(), {"--call", call_file});
+  }
+  struct Cleanup {
+    std::string f;
+    ~Cleanup() {
+      if (!f.empty()) unlink(f.c_str());
+    }
+  } cleanup{call_file};
+  ChildSession child(argv, o);
+  if (Status s = child.ensure(); !s) return fail(s.to_string());
+  res.eager_ms = child.ready()["eager"].value("median_ms", 0.0);
+  const double eager_mad = child.ready()["eager"].value("mad_ms", 0.0);
+  say("eager " + std::to_string(res.eager_ms * 1e3) + " us; input sets " + child.ready()["sets"].dump());
+
+  auto t_run = Clock::now();
+  while (!search.state().finished) {
+    std::vector<Candidate> batch = search.next_batch();
+    persist();
+    if (batch.empty()) break;
+    for (const Candidate& c : batch) {
+      if (o.stop && o.stop->load()) {
+        persist();
+        res.outcome = "stopped";
+        return res;
+      }
+      auto t0 = Clock::now();
+      auto verdict = child.evaluate(c.id(), c.source, c.launch, "search");
+      if (!verdict) {
+        persist();
+        return fail(verdict.status().to_string());
+      }
+      Evaluation e = evaluation_of(c, verdict.value());
+      const double dt = secs_since(t0);
+      search.report(e);
+      search.add_elapsed(dt);
+      ++res.evaluated;
+      persist();
+      say(e.id + ": " + e.verdict + (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage));
+      if (o.gpu_share < 1.0) {   // duty cycle: leave the GPU to the user's job most of the time
+        // Busy = the stages that run on the device (compiles and static checks are CPU work).
+        double busy_ms = 0;
+        for (const auto& st : verdict.value().value("stages", nlohmann::json::array()))
+          if (st.value("name", "") != "static" && st.value("name", "") != "compile") busy_ms += st.value("millis", 0.0);
+        if (e.verdict == "crash" || e.verdict == "timeout") busy_ms = dt * 1e3;
+        const double rest = busy_ms / 1e3 * (1.0 / o.gpu_share - 1.0);
+        for (double slept = 0; slept < rest && !(o.stop && o.stop->load()); slept += 0.05)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    search.end_generation(res.eager_ms);
+    persist();
+  }
+  say("search ended (" + search.state().finish_reason + ") after " + std::to_string(secs_since(t_run)) + " s");
+
+  // Promotion: the fastest verified candidates, through the full gauntlet, until one holds.
+  auto ranked = search.ranked();
+  if (!ranked.empty()) res.best_ms = ranked.front()->median_ms;
+  nlohmann::json attempts = nlohmann::json::array();
+  for (size_t k = 0; k < ranked.size() && static_cast<int>(k) < o.max_promote_tries; ++k) {
+    const Evaluation& e = *ranked[k];
+    if (!beats(e.median_ms, e.mad_ms, res.eager_ms, eager_mad, o)) break;   // sorted: the rest are slower
+    auto cand = search.render(e.family, e.knobs);
+    if (!cand) continue;
+    auto verdict = child.evaluate(e.id, cand.value().source, cand.value().launch, "full");
+    if (!verdict) return fail(verdict.status().to_string());
+    const nlohmann::json& v = verdict.value();
+    const double med = v.value("median_ms", 0.0), mad = v.value("mad_ms", 0.0);
+    const double emed = v.value("eager_median_ms", res.eager_ms), emad = v.value("eager_mad_ms", eager_mad);
+    if (!v.value("verified", false) || !beats(med, mad, emed, emad, o)) {
+      attempts.push_back({{"id", e.id}, {"verdict", evaluation_of(cand.value(), v).evidence},
+                          {"stage", v.value("stage", "")}, {"median_ms", med}, {"eager_median_ms", emed}});
+      say("promotion of " + e.id + " refused at " + (v.value("verified", false) ? std::string("timing") : v.value("stage", "")));
+      continue;
+    }
+    auto rec = make_manual_record(key, cand.value().source, cand.value().launch, "kernelcraft-evolve");
+    if (!rec) return fail("building the record: " + rec.status().to_string());
+    Record r = std::move(rec.value());
+    r.meta = {{"provenance", {{"by", "kernelcraft-evolve"}, {"verified", true}, {"at", iso_now()}}},
+              {"candidate", {{"id", e.id}, {"family", e.family}, {"knobs", e.knobs}, {"origin", e.origin},
+                             {"parents", e.parents}, {"generation", e.generation}}},
+              {"timing", {{"median_ms", med}, {"mad_ms", mad}, {"eager_median_ms", emed}, {"eager_mad_ms", emad},
+                          {"speedup", emed / med}}},
+              {"verification", v},
+              {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},
+                          {"finish_reason", search.state().finish_reason}, {"elapsed_s", search.state().elapsed_s},
+                          {"refused", attempts}}}};
+    Status s = put_record(o.cache_dir, r, 30000);
+    if (!s) return fail("storing the record: " + s.to_string());
+    res.outcome = "served";
+    res.best_ms = med;
+    res.why = "speedup " + std::to_string(emed / med);
+    say("promoted " + e.id + ": " + std::to_string(med * 1e3) + " us vs eager " + std::to_string(emed * 1e3) + " us");
+    return res;
+  }
+  // Nothing beat eager (or nothing passed): remember it so the key is not searched again until the
+  // runtime, driver or toolkit changes (all part of the key).
+  Record r;
+  r.key = key;
+  r.op = op_info(call.value().op).aten;
+  r.backend = call.value().backend;
+  r.state = "eager_best";
+  r.meta = {{"provenance", {{"by", "kernelcraft-evolve"}, {"at", iso_now()}}},
+            {"eager_median_ms", res.eager_ms},
+            {"best_candidate_ms", res.best_ms},
+            {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},
+                        {"finish_reason", search.state().finish_reason}, {"refused", attempts}}}};
+  if (Status s = put_record(o.cache_dir, r, 30000); !s) return fail("storing eager_best: " + s.to_string());
+  res.outcome = "eager_best";
+  res.why = ranked.empty() ? "no candidate passed verification" : "no candidate beat eager beyond the noise";
+  say("eager is best: " + res.why);
+  return res;
+}
+
+Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std::string& source,
+                                     const nlohmann::json& launch, int device, const EvolveOptions& o) {
+  auto call = call_from_json(call_json);
+  if (!call) return call.status();
+  std::string file = temp_call_file(call.value());
+  ChildSession child({o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file}, o);
+  Status s = child.ensure();
+  unlink(file.c_str());
+  if (!s) return s;
+  return child.evaluate("verify", source, launch, "full");
+}
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_term(int) { g_stop.store(true); }
+}  // namespace
+
+int run_worker(const EvolveOptions& base, double idle_exit_s) {
+  auto lock = WorkerLock::acquire(base.cache_dir);
+  if (!lock) {
+    log(LogLevel::kInfo, "worker: " + lock.status().message());
+    return 0;
+  }
+  log(LogLevel::kWarn, "worker: pid " + std::to_string(getpid()) + " serving " + base.cache_dir);
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGTERM, on_term);
+  signal(SIGINT, on_term);
+  // Below the user's job for the CPU too (compiles, references).
+  setpriority(PRIO_PROCESS, 0, 10);
+  const int threads = std::max(1, base.jobs);
+  std::mutex mu;
+  std::set<std::string> running;
+  auto last_work = Clock::now();
+  auto worker_thread = [&](int id) {
+    while (!g_stop.load()) {
+      std::string path;
+      {
+        std::lock_guard<std::mutex> g(mu);
+        for (const auto& p : list_jobs(base.cache_dir))
+          if (!running.count(p)) {
+            path = p;
+            running.insert(p);
+            break;
+          }
+        if (!path.empty()) last_work = Clock::now();
+        else if (running.empty() && secs_since(last_work) > idle_exit_s) return;
+      }
+      if (path.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      auto job = read_job(path);
+      if (!job) {
+        log(LogLevel::kWarn, "worker: dropping unreadable job " + path + ": " + job.status().to_string());
+        unlink(path.c_str());
+      } else {
+        EvolveOptions o = base;
+        apply_evolve_json(o, job.value().settings);
+        o.stop = &g_stop;
+        const std::string tag = "[" + fnv1a64_hex(job.value().key).substr(0, 8) + "] ";
+        o.progress = [tag](const std::string& s) { log(LogLevel::kWarn, tag + s); };
+        log(LogLevel::kWarn, tag + "job " + job.value().key);
+        EvolveResult r = evolve_key(job.value().key, path, job.value().device, o);
+        log(LogLevel::kWarn, tag + "outcome " + r.to_json().dump());
+        if (r.outcome != "stopped") {
+          if (r.outcome == "failed") {   // kept aside for inspection; a later miss may submit it again
+            make_dirs(jobs_dir(base.cache_dir) + "/failed");
+            std::string dst = jobs_dir(base.cache_dir) + "/failed/" + path.substr(path.rfind('/') + 1);
+            if (rename(path.c_str(), dst.c_str()) != 0) unlink(path.c_str());
+          } else {
+            unlink(path.c_str());
+          }
+        }
+      }
+      std::lock_guard<std::mutex> g(mu);
+      running.erase(path);
+      last_work = Clock::now();
+    }
+    (void)id;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker_thread, t);
+  for (auto& t : pool) t.join();
+  log(LogLevel::kWarn, "worker: exiting" + std::string(g_stop.load() ? " (asked to stop)" : " (idle)"));
+  return 0;
+}
+
+}  // namespace kc::evolve

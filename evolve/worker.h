@@ -1,0 +1,61 @@
+// The evolution driver: one key's search through an evaluation child, promotion into the cache,
+// and the worker daemon that takes jobs from the cache directory (runtime/worker_client.h).
+// Torch-free: everything that runs candidates lives in the child (child.h).
+#pragma once
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evolve/search.h"
+#include "runtime/status.h"
+
+namespace kc::evolve {
+
+struct EvolveOptions {
+  std::string cache_dir;
+  std::string self_exe;              // the kernelcraft executable (runs `eval-child`)
+  SearchOptions search;
+  double gpu_share = 1.0;            // fraction of wall time evaluation may take (sleep the rest)
+  double candidate_timeout_s = 180;  // per candidate in the child (sanitizers included); then killed
+  double setup_timeout_s = 600;      // the child's reference setup and eager timing
+  double min_gain = 0.03;            // promoted only if faster than eager by this fraction ...
+  double noise_sigmas = 3;           // ... and by this many (robust) standard deviations of both timings
+  int max_promote_tries = 3;         // candidates taken through the full gauntlet, fastest first
+  int jobs = 1;                      // keys searched concurrently by the worker
+  std::function<void(const std::string&)> progress;   // one line per event (may be empty)
+  const std::atomic<bool>* stop = nullptr;             // asked to stop: persist and return
+};
+nlohmann::json to_json(const EvolveOptions& o);
+// Reads the fields of to_json() (search options included) over `o`.
+void apply_evolve_json(EvolveOptions& o, const nlohmann::json& j);
+
+struct EvolveResult {
+  std::string key;
+  std::string outcome;               // "served" | "eager_best" | "exists" | "stopped" | "failed"
+  std::string why;
+  double eager_ms = 0, best_ms = 0;
+  int evaluated = 0;                 // candidates evaluated in this run (resumed work excluded)
+  nlohmann::json to_json() const;
+};
+
+// Runs (or resumes) the search for `key` and writes the outcome to the cache: a "served" record
+// with its evidence, or "eager_best". job_file: the job with captured inputs ("" = generated only).
+EvolveResult evolve_key(const std::string& key, const std::string& job_file, int device, const EvolveOptions& o);
+
+// Verifies one kernel for a call through a child in "full" mode. call_json: evolve/op_call.h JSON.
+// Returns the child's verdict JSON ({"verified": ..., "stage": ..., "stages": [...]}), or an
+// infrastructure error (the child could not start).
+Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std::string& source,
+                                     const nlohmann::json& launch, int device, const EvolveOptions& o);
+
+// The daemon: holds <cache>/worker.lock, runs pending jobs oldest first, exits after idle_exit_s
+// without jobs. Returns the process exit code.
+int run_worker(const EvolveOptions& o, double idle_exit_s);
+
+// Store keys of a key's search state ("search|<key>").
+std::string search_state_key(const std::string& key);
+
+}  // namespace kc::evolve

@@ -1,0 +1,258 @@
+// `kernelcraft worker`, `evolve` and `verify`: the evolution path from the command line.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "evolve/worker.h"
+#include "kernel_cache/store.h"
+#include "runtime/fsutil.h"
+#include "runtime/config.h"
+#include "runtime/cpu_backend.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/log.h"
+#include "torch_ops/cli/cli.h"
+
+namespace kc::cli {
+namespace {
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("kernelcraft");
+}
+
+bool read_file(const std::string& p, std::string& out) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return false;
+  out.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return true;
+}
+
+// Settings shared by worker and evolve: configuration (env / KERNELCRAFT_CONFIG), then options.
+int evolve_options(const Args& args, evolve::EvolveOptions& o) {
+  Config c = load_config();
+  o.cache_dir = args.cache_dir;
+  o.self_exe = self_exe();
+  o.gpu_share = c.evolve_gpu_share;
+  o.jobs = c.evolve_jobs;
+  o.search.mu = c.evolve_mu;
+  o.search.lambda = c.evolve_lambda;
+  o.search.max_generations = c.evolve_generations;
+  o.search.key_budget_s = c.evolve_key_budget_s;
+  o.candidate_timeout_s = c.evolve_candidate_timeout_s;
+  try {
+    if (!args.value("gpu-share").empty()) o.gpu_share = std::stod(args.value("gpu-share"));
+    if (!args.value("jobs").empty()) o.jobs = std::stoi(args.value("jobs"));
+    if (!args.value("mu").empty()) o.search.mu = std::stoi(args.value("mu"));
+    if (!args.value("lambda").empty()) o.search.lambda = std::stoi(args.value("lambda"));
+    if (!args.value("generations").empty()) o.search.max_generations = std::stoi(args.value("generations"));
+    if (!args.value("budget-s").empty()) o.search.key_budget_s = std::stod(args.value("budget-s"));
+  } catch (const std::exception&) {
+    return usage_error("a numeric option is not a number");
+  }
+  if (o.gpu_share <= 0 || o.gpu_share > 1) return usage_error("--gpu-share must be in (0, 1]");
+  return kExitOk;
+}
+
+int device_of(const Args& args) { return args.value("device").empty() ? 0 : std::atoi(args.value("device").c_str()); }
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// "64x1000" -> {64, 1000}
+bool parse_shape(const std::string& s, std::vector<int64_t>& out) {
+  out.clear();
+  for (const auto& part : split(s, 'x')) {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(part, &used);
+      if (used != part.size() || v < 0) return false;
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return !out.empty();
+}
+
+// Calls from --op/--shape(s)/--dtype/--args/--backend, or from --key.
+int calls_from_args(const Args& args, std::vector<evolve::OpCall>& calls, bool need_key) {
+  const std::string backend = args.value("backend").empty() ? "cuda" : args.value("backend");
+  if (backend != "cuda" && backend != "cpu") return usage_error("--backend must be cuda or cpu");
+  if (!args.value("key").empty()) {
+    auto c = evolve::call_from_key(args.value("key"));
+    if (!c) return usage_error(c.status().message());
+    calls.push_back(c.value());
+    return kExitOk;
+  }
+  if (args.value("op").empty() || args.value("shape").empty()) return usage_error("give --key KEY, or --op OP and --shape AxB");
+  auto op = op_by_name(args.value("op"));
+  if (!op) return usage_error("unknown op '" + args.value("op") + "' (kernelcraft ops lists them)");
+  DType dt = DType::kF32;
+  const std::string dts = args.value("dtype").empty() ? "f32" : args.value("dtype");
+  bool found = false;
+  for (DType d : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16})
+    if (dts == dtype_name(d)) dt = d, found = true;
+  if (!found) return usage_error("--dtype must be f32, f64, f16 or bf16");
+  nlohmann::json extra = nlohmann::json::object();
+  if (!args.value("args").empty()) {
+    extra = nlohmann::json::parse(args.value("args"), nullptr, false);
+    if (extra.is_discarded() || !extra.is_object()) return usage_error("--args must be a JSON object");
+  }
+  std::string target;
+  if (need_key) {
+    if (backend == "cpu") {
+      target = cpu_backend().target_id();
+    } else {
+      auto be = cuda_backend(device_of(args));
+      if (!be) return fail("no CUDA device for the key's target: " + be.status().message());
+      target = be.value()->target_id();
+    }
+  }
+  for (const auto& s : split(args.value("shape"), ';')) {
+    std::vector<int64_t> sizes;
+    if (!parse_shape(s, sizes)) return usage_error("bad --shape '" + s + "' (want e.g. 64x1000)");
+    auto c = evolve::make_call(*op, sizes, dt, backend, extra);
+    if (!c) return usage_error(c.status().message());
+    c.value().policy = args.value("precision").empty() ? "fp32" : args.value("precision");
+    if (need_key) {
+      c.value().target = target;
+      c.value().key = evolve::call_key(c.value());
+    }
+    calls.push_back(c.value());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_worker_cmd(const Args& args) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  double idle = load_config().worker_idle_s;
+  if (!args.value("idle-s").empty()) idle = std::atof(args.value("idle-s").c_str());
+  set_log_level(LogLevel::kInfo);
+  return evolve::run_worker(o, idle);
+}
+
+int run_evolve_cmd(const Args& args) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  if (args.value("gpu-share").empty()) o.gpu_share = 1.0;   // offline: the GPU is ours
+  std::vector<std::string> keys;
+  if (!args.value("keys").empty()) {
+    std::string text;
+    if (!read_file(args.value("keys"), text)) return fail("cannot read " + args.value("keys"));
+    for (auto& line : split(text, '\n')) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+  } else {
+    std::vector<evolve::OpCall> calls;
+    if (int rc = calls_from_args(args, calls, true); rc != kExitOk) return rc;
+    for (const auto& c : calls) keys.push_back(c.key);
+  }
+  if (keys.empty()) return usage_error("no keys to evolve");
+  if (!args.json) o.progress = [](const std::string& s) { std::fprintf(stderr, "  %s\n", s.c_str()); };
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  for (const auto& k : keys) {
+    if (!args.json) std::fprintf(stderr, "evolving %s\n", k.c_str());
+    evolve::EvolveResult r = evolve::evolve_key(k, "", device_of(args), o);
+    results.push_back(r.to_json());
+    all_ok = all_ok && (r.outcome == "served" || r.outcome == "eager_best" || r.outcome == "exists");
+    if (!args.json)
+      std::printf("%-10s %8.2f us eager %8.2f us best  %s\n", r.outcome.c_str(), r.eager_ms * 1e3, r.best_ms * 1e3,
+                  k.c_str());
+  }
+  if (args.json) print_json(results, true);
+  return all_ok ? kExitOk : kExitFailure;
+}
+
+// The recorded search of one key: every candidate tried, its verdict and time (resumable state).
+int run_search_state_cmd(const Args& args) {
+  if (args.words.size() != 2) return usage_error("search-state takes one KEY");
+  if (!path_exists(args.cache_dir + "/CURRENT")) return fail("no cache at " + args.cache_dir);
+  auto st = Store::open(args.cache_dir, Store::Mode::kReadOnly);
+  if (!st) return fail(st.status().to_string());
+  auto v = st.value()->get(evolve::search_state_key(args.words[1]));
+  if (!v) return fail("no search recorded for that key");
+  auto j = nlohmann::json::parse(v.value(), nullptr, false);
+  if (j.is_discarded()) return fail("the search state does not parse");
+  if (args.json) {
+    print_json(j, true);
+    return kExitOk;
+  }
+  std::printf("generation %d, %s%s\n", j.value("generation", 0), j.value("finished", false) ? "finished: " : "running",
+              j.value("finish_reason", "").c_str());
+  for (const auto& e : j.value("tried", nlohmann::json::array()))
+    std::printf("  g%-2d %-9s %-10s %10.2f us  %s\n", e.value("generation", 0), e.value("verdict", "").c_str(),
+                e.value("stage", "").c_str(), e.value("median_ms", 0.0) * 1e3, e.value("id", "").c_str());
+  return kExitOk;
+}
+
+int run_verify_cmd(const Args& args) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  std::string source, launch_text;
+  if (args.value("source").empty() || args.value("launch").empty()) return usage_error("verify needs --source and --launch");
+  if (!read_file(args.value("source"), source)) return fail("cannot read " + args.value("source"));
+  if (!read_file(args.value("launch"), launch_text)) return fail("cannot read " + args.value("launch"));
+  nlohmann::json launch = nlohmann::json::parse(launch_text, nullptr, false);
+  if (launch.is_discarded()) return usage_error(args.value("launch") + " is not valid JSON");
+  std::vector<evolve::OpCall> calls;
+  if (int rc = calls_from_args(args, calls, false); rc != kExitOk) return rc;
+  nlohmann::json out = {{"verified", true}, {"stage", ""}, {"calls", nlohmann::json::array()}};
+  for (const auto& c : calls) {
+    auto v = evolve::verify_kernel(evolve::to_json(c), source, launch, device_of(args), o);
+    if (!v) {
+      if (args.json) print_json({{"verified", false}, {"stage", "infrastructure"}, {"error", v.status().to_string()}}, true);
+      return fail("verify could not run: " + v.status().to_string()) + 1;   // 2: not the kernel's fault
+    }
+    nlohmann::json r = v.value();
+    std::string shape;
+    for (auto s : c.inputs.front().sizes) shape += (shape.empty() ? "" : "x") + std::to_string(s);
+    r["shape"] = shape;
+    out["calls"].push_back(r);
+    if (!r.value("verified", false)) {
+      out["verified"] = false;
+      out["stage"] = r.value("stage", "");
+      // The rejecting stage's summary and evidence, up front for scripts.
+      for (const auto& s : r.value("stages", nlohmann::json::array()))
+        if (s.value("outcome", "") == "rejected") {
+          out["summary"] = s.value("summary", "");
+          out["evidence"] = s.value("evidence", nlohmann::json::object());
+        }
+      break;   // fail fast across shapes too
+    }
+  }
+  if (args.json) {
+    print_json(out, true);
+  } else {
+    for (const auto& r : out["calls"]) {
+      std::printf("shape %s\n", r.value("shape", "").c_str());
+      for (const auto& s : r.value("stages", nlohmann::json::array()))
+        std::printf("  %-10s %-9s %s\n", s.value("name", "").c_str(), s.value("outcome", "").c_str(),
+                    s.value("summary", "").c_str());
+      if (r.value("verified", false))
+        std::printf("  timing: %.2f us vs eager %.2f us\n", r.value("median_ms", 0.0) * 1e3,
+                    r.value("eager_median_ms", 0.0) * 1e3);
+    }
+    if (out["verified"].get<bool>()) std::printf("VERIFIED\n");
+    else {
+      std::printf("REJECTED at %s: %s\n", out.value("stage", "").c_str(), out.value("summary", "").c_str());
+      if (out.contains("evidence")) std::printf("evidence: %s\n", out["evidence"].dump().substr(0, 2000).c_str());
+    }
+  }
+  return out["verified"].get<bool>() ? kExitOk : kExitFailure;
+}
+
+}  // namespace kc::cli
