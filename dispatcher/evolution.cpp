@@ -97,7 +97,8 @@ class Submitter {
     if (Clock::now() - last_spawn_ < std::chrono::seconds(3)) return;   // one may be starting up
     last_spawn_ = Clock::now();
     auto pid = start_worker(dir, worker_exe(c),
-                            {"--jobs", std::to_string(c.evolve_jobs), "--idle-s", std::to_string(c.worker_idle_s)});
+                            {"--jobs", std::to_string(c.evolve_jobs), "--idle-s", std::to_string(c.worker_idle_s),
+                             "--gpu-share", std::to_string(c.evolve_gpu_share)});
     if (!pid) {
       std::lock_guard<std::mutex> g2(mu_);
       last_error_ = pid.status().to_string();
@@ -142,7 +143,7 @@ class Submitter {
                                 std::chrono::system_clock::now().time_since_epoch()).count();
     job.settings = {{"search", {{"mu", c.evolve_mu}, {"lambda", c.evolve_lambda},
                                 {"max_generations", c.evolve_generations}, {"key_budget_s", c.evolve_key_budget_s}}},
-                    {"gpu_share", c.evolve_gpu_share}, {"candidate_timeout_s", c.evolve_candidate_timeout_s}};
+                    {"candidate_timeout_s", c.evolve_candidate_timeout_s}};
     try {
       if (p.ready) p.ready->synchronize();   // the clones are complete; only this thread waits
       if (!p.clones.empty()) {

@@ -30,20 +30,18 @@ using Clock = std::chrono::steady_clock;
 std::string search_state_key(const std::string& key) { return "search|" + key; }
 
 nlohmann::json to_json(const EvolveOptions& o) {
-  return {{"search", to_json(o.search)}, {"gpu_share", o.gpu_share}, {"candidate_timeout_s", o.candidate_timeout_s},
-          {"min_gain", o.min_gain}, {"noise_sigmas", o.noise_sigmas}, {"max_promote_tries", o.max_promote_tries},
-          {"jobs", o.jobs}};
+  return {{"search", to_json(o.search)}, {"candidate_timeout_s", o.candidate_timeout_s},
+          {"min_gain", o.min_gain}, {"noise_sigmas", o.noise_sigmas}, {"max_promote_tries", o.max_promote_tries}};
 }
 
 void apply_evolve_json(EvolveOptions& o, const nlohmann::json& j) {
   if (!j.is_object()) return;
   if (j.contains("search")) o.search = search_options_from(j["search"]);
-  o.gpu_share = std::clamp(j.value("gpu_share", o.gpu_share), 0.01, 1.0);
+  // gpu_share and jobs are the worker's own (its command line), not a job's.
   o.candidate_timeout_s = j.value("candidate_timeout_s", o.candidate_timeout_s);
   o.min_gain = j.value("min_gain", o.min_gain);
   o.noise_sigmas = j.value("noise_sigmas", o.noise_sigmas);
   o.max_promote_tries = j.value("max_promote_tries", o.max_promote_tries);
-  o.jobs = std::max(1, j.value("jobs", o.jobs));
 }
 
 nlohmann::json EvolveResult::to_json() const {
@@ -411,6 +409,7 @@ int run_worker(const EvolveOptions& base, double idle_exit_s) {
       } else {
         EvolveOptions o = base;
         apply_evolve_json(o, job.value().settings);
+        o.gpu_share = base.gpu_share / threads;   // the budget is the worker's, shared by its searches
         o.stop = &g_stop;
         const std::string tag = "[" + fnv1a64_hex(job.value().key).substr(0, 8) + "] ";
         o.progress = [tag](const std::string& s) { log(LogLevel::kWarn, tag + s); };

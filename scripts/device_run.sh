@@ -1,21 +1,51 @@
 #!/usr/bin/env bash
 # On the H200 machine (see shared/device/README.md): build against its torch with the carried
-# sysroot (.device-deps), run every test including the GPU ones, then the benchmarks. Logs to $OUT.
+# sysroot (.device-deps), then the stages named on the command line (default: all). Logs to $OUT.
+#   OUT=... scripts/device_run.sh [tests] [corpus] [gauntlet] [evolve] [train] [perf]
 set -uo pipefail
 OUT=${OUT:-/tmp/kc-out}; mkdir -p "$OUT"
+STAGES=${*:-tests corpus gauntlet evolve train perf}
 export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-export PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; git log -1 --format=%H 2>/dev/null || true; } > "$OUT/env.txt" 2>&1
+export PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
+B=build-gpu; CLI=$PWD/$B/torch_ops/kernelcraft; LIB=$PWD/$B/torch_ops/libkernelcraft.so
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; git log -1 --format=%H 2>/dev/null || true; command -v compute-sanitizer; } > "$OUT/env.txt" 2>&1
 t0=$(date +%s)
-cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PWD/.device-deps/usr" \
+cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH="$PWD/.device-deps/usr" \
   -DPython3_EXECUTABLE="$(command -v python3)" > "$OUT/build.log" 2>&1 &&
-cmake --build build-gpu -j 16 >> "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; tail -60 "$OUT/build.log"; exit 1; }
+cmake --build $B -j 16 >> "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-ctest --test-dir build-gpu --output-on-failure -j 8 --timeout 600 > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"
-grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -40
-KERNELCRAFT_LIB=build-gpu/torch_ops/libkernelcraft.so KERNELCRAFT_CLI=build-gpu/torch_ops/kernelcraft \
-  python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
-tail -25 "$OUT/pytest_gpu.log"
-python3 examples/quickstart.py build-gpu/torch_ops/libkernelcraft.so > "$OUT/quickstart.log" 2>&1; echo "quickstart rc=$?"; cat "$OUT/quickstart.log"
-P=$(mktemp -d)/perf; benchmarks/run_perf.sh build-gpu "$P" > "$OUT/perf.log" 2>&1; echo "perf rc=$?"
-tar -C "$(dirname "$P")" -czf "$OUT/perf.tgz" perf; cut -c1-400 "$OUT/perf.log"
+
+if has tests; then
+  t=$(date +%s)
+  ctest --test-dir $B --output-on-failure -j 8 --timeout 900 -E "pytest_cpu|corpus_cpu" > "$OUT/ctest.log" 2>&1; echo "ctest rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -30
+  KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda.py tests/python/test_evolution_cuda.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
+  tail -15 "$OUT/pytest_gpu.log"
+fi
+if has corpus; then
+  t=$(date +%s)
+  python3 tests/corpus/run_corpus.py --backend cuda --cli "$CLI" --json-out "$OUT/corpus_cuda.json" > "$OUT/corpus_cuda.log" 2>&1; echo "corpus cuda rc=$? ($(( $(date +%s) - t )) s)"
+  tail -45 "$OUT/corpus_cuda.log"
+fi
+if has gauntlet; then   # the whole gauntlet for one candidate at training size, timed
+  python3 benchmarks/gauntlet_time.py --cli "$CLI" --out "$OUT/gauntlet_time.json" > "$OUT/gauntlet_time.log" 2>&1; echo "gauntlet time rc=$?"
+  tail -12 "$OUT/gauntlet_time.log"
+fi
+if has evolve; then     # offline search for the layer norm anchor (1,64,256,256)
+  t=$(date +%s); C=$(mktemp -d)
+  $CLI --cache-dir $C evolve --op layer_norm --shape 1x64x256x256 --args '{"normalized_shape":[64,256,256]}' \
+    --generations 4 > "$OUT/evolve_ln.log" 2>&1; echo "evolve layer_norm rc=$? ($(( $(date +%s) - t )) s)"
+  tail -4 "$OUT/evolve_ln.log"; $CLI --cache-dir $C --json cache ls > "$OUT/evolve_ln_records.json"
+  for k in $($CLI --cache-dir $C --json cache ls | python3 -c 'import json,sys; [print(r["key"]) for r in json.load(sys.stdin)]'); do
+    $CLI --cache-dir $C --json cache show "$k" > "$OUT/evolve_ln_record.json"; $CLI --cache-dir $C search-state "$k" > "$OUT/evolve_ln_search.txt"; done
+fi
+if has train; then      # the training loop: eager, then with kernelcraft (evolution in the background)
+  t=$(date +%s)
+  benchmarks/train_perf.sh "$LIB" "$OUT/train" > "$OUT/train.log" 2>&1; echo "train rc=$? ($(( $(date +%s) - t )) s)"
+  tail -30 "$OUT/train.log"
+fi
+if has perf; then
+  P=$(mktemp -d)/perf; benchmarks/run_perf.sh $B "$P" > "$OUT/perf.log" 2>&1; echo "perf rc=$?"
+  tar -C "$(dirname "$P")" -czf "$OUT/perf.tgz" perf; cut -c1-300 "$OUT/perf.log" | tail -20
+fi
