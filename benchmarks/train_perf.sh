@@ -13,9 +13,9 @@ C=$(mktemp -d)/cache
 export KERNELCRAFT_CACHE_DIR=$C KERNELCRAFT_LOG_LEVEL=warn
 TRAIN="python3 $HERE/examples/train_block.py"
 $TRAIN --mode eager --steps 60 --out "$O/eager.json" || exit 1
-$TRAIN --mode eager --steps 1500 --out "$O/eager_long.json" || exit 1
+$TRAIN --mode eager --steps 600 --out "$O/eager_long.json" || exit 1
 # 2: default evolution budget: the misses of this run submit jobs; step time while the worker searches.
-$TRAIN --mode kernelcraft --lib "$LIB" --steps 1500 --out "$O/kc_during.json" || exit 1
+$TRAIN --mode kernelcraft --lib "$LIB" --steps 600 --out "$O/kc_during.json" || exit 1
 python3 - "$C" <<'PY'
 import json, os, sys, glob
 print("jobs still pending after the 'during' run:", len(glob.glob(os.path.join(sys.argv[1], "jobs", "*.job"))))

@@ -247,16 +247,19 @@ std::string trim(std::string s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
-bool has_word(const std::string& s, const char* w) {
-  return std::regex_search(s, std::regex(std::string("\\b") + w + "\\b"));
+// Position of the last whole-word occurrence of `w` in `s`, or npos.
+size_t last_word(const std::string& s, const std::string& w) {
+  for (size_t p = s.rfind(w); p != std::string::npos; p = p ? s.rfind(w, p - 1) : std::string::npos)
+    if ((p == 0 || !is_ident(s[p - 1])) && (p + w.size() >= s.size() || !is_ident(s[p + w.size()]))) return p;
+  return std::string::npos;
 }
+bool has_word(const std::string& s, const std::string& w) { return last_word(s, w) != std::string::npos; }
 
 // Immutable if constexpr, or const applies to the variable itself (not only to what it points at).
 bool immutable(const std::string& head) {
   if (has_word(head, "constexpr") || has_word(head, "__constant__")) return true;
-  size_t star = head.find_last_of("*&");
-  size_t c = head.rfind("const");
-  return c != std::string::npos && has_word(head, "const") && (star == std::string::npos || c > star);
+  const size_t star = head.find_last_of("*&"), c = last_word(head, "const");
+  return c != std::string::npos && (star == std::string::npos || c > star);
 }
 
 // `template <...> rest` -> `rest`.
@@ -350,16 +353,15 @@ std::vector<size_t> device_state(const Views& v, const Ctx& c) {
     else if (ch == ')' || ch == ']') paren = std::max(0, paren - 1);
     else if (paren > 0) continue;
     else if (ch == ';') {
-      static const std::regex kStatic(R"(\b(static|thread_local)\b)");
-      const bool static_stmt = std::regex_search(s.substr(stmt, i - stmt), kStatic);
-      if (at_ns() || static_stmt) check_declaration(s.substr(stmt, i - stmt), at_ns(), c, hits, start_of(stmt));
+      const std::string text = s.substr(stmt, i - stmt);
+      if (at_ns() || has_word(text, "static") || has_word(text, "thread_local"))
+        check_declaration(text, at_ns(), c, hits, start_of(stmt));
       stmt = i + 1;
     } else if (ch == '{') {
-      std::string text = s.substr(stmt, i - stmt);
-      std::string t = trim(text);
-      const std::string u = strip_template(t);
-      const bool initializer = !u.empty() && u.find("operator") == std::string::npos && (assigns(u) || (!std::regex_search(u, kBlockWord) && u.find('(') == std::string::npos &&
-                                                             (is_ident(u.back()) || u.back() == ']')));
+      const std::string t = trim(s.substr(stmt, i - stmt)), u = strip_template(t);
+      const bool braced_init = !u.empty() && !std::regex_search(u, kBlockWord) && u.find('(') == std::string::npos &&
+                               (is_ident(u.back()) || u.back() == ']');
+      const bool initializer = !u.empty() && u.find("operator") == std::string::npos && (assigns(u) || braced_init);
       if (initializer) {   // `T x = {...}` / `T x{...}`: skip the braces, the statement goes on to ';'
         int depth = 0;
         for (; i < s.size(); ++i) {
@@ -447,7 +449,7 @@ StaticReport static_check(const std::string& source, const std::string& backend,
     if ((rule.back == Back::kCuda && !c.cuda) || (rule.back == Back::kCpu && c.cuda) || !applies(rule.when, c)) continue;
     switch (rule.check) {
       case Check::kRegex: {
-        static std::vector<std::regex> compiled = [] {
+        static const std::vector<std::regex> compiled = [] {
           std::vector<std::regex> out;
           for (const Rule& x : kRules) out.emplace_back(x.pattern ? x.pattern : "$^", std::regex::ECMAScript | std::regex::optimize);
           return out;

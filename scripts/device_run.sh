@@ -18,14 +18,14 @@ echo "build: $(( $(date +%s) - t0 )) s"
 
 if has tests; then
   t=$(date +%s)
-  ctest --test-dir $B --output-on-failure -j 8 --timeout 900 -E "pytest_cpu|corpus_cpu" > "$OUT/ctest.log" 2>&1; echo "ctest rc=$? ($(( $(date +%s) - t )) s)"
+  ctest --test-dir $B --output-on-failure -j 8 --timeout 900 -L gpu -E corpus > "$OUT/ctest.log" 2>&1; echo "ctest gpu rc=$? ($(( $(date +%s) - t )) s)"
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -30
   KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda.py tests/python/test_evolution_cuda.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
   tail -15 "$OUT/pytest_gpu.log"
 fi
 if has corpus; then
   t=$(date +%s)
-  python3 tests/corpus/run_corpus.py --backend cuda --cli "$CLI" --json-out "$OUT/corpus_cuda.json" > "$OUT/corpus_cuda.log" 2>&1; echo "corpus cuda rc=$? ($(( $(date +%s) - t )) s)"
+  python3 tests/corpus/run_corpus.py --backend cuda --jobs 8 --cli "$CLI" --json-out "$OUT/corpus_cuda.json" > "$OUT/corpus_cuda.log" 2>&1; echo "corpus cuda rc=$? ($(( $(date +%s) - t )) s)"
   tail -45 "$OUT/corpus_cuda.log"
 fi
 if has gauntlet; then   # the whole gauntlet for one candidate at training size, timed

@@ -138,6 +138,7 @@ def main():
     ap.add_argument("--json-out", help="write every entry's result and verdict here")
     ap.add_argument("--only", action="append", default=[], help="run only these entry names (repeatable)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per entry")
+    ap.add_argument("--jobs", type=int, default=1, help="entries verified concurrently")
     a = ap.parse_args()
 
     if a.backend == "cuda" and not have_gpu():
@@ -154,11 +155,12 @@ def main():
         return 2
 
     rows = []
-    for e in entries:
-        r = run_entry(a.cli, e, a.timeout)
-        rows.append(r)
-        print("%-34s %-7s -> %-6s %-10s %s" % (r["name"], r["expect"], r["got"], r["stage"] or "-", r["result"]),
-              flush=True)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        for r in pool.map(lambda e: run_entry(a.cli, e, a.timeout), entries):
+            rows.append(r)
+            print("%-34s %-7s -> %-6s %-10s %s" % (r["name"], r["expect"], r["got"], r["stage"] or "-", r["result"]),
+                  flush=True)
     print()
     print_table(rows)
 
