@@ -96,9 +96,11 @@ int eval_child_main(int argc, char** argv) {
     const std::string id = req.value("id", "");
     Verdict v = g.value()->run(req.value("source", ""), req.value("launch", nlohmann::json::object()),
                                req.value("mode", "search"));
-    say({{"id", id}, {"verdict", v.to_json()}});
+    const bool lost = g.value()->context_lost();
+    // context_lost tells the parent not to send more: this process exits right after the answer.
+    say({{"id", id}, {"verdict", v.to_json()}, {"context_lost", lost}});
     // After a device fault the context is gone; the parent starts a fresh child.
-    if (g.value()->context_lost()) return 3;
+    if (lost) return 3;
   }
   return 0;
 }

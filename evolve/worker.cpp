@@ -18,6 +18,7 @@
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
 #include "kernel_cache/store.h"
+#include "evolve/static_check.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
@@ -121,6 +122,9 @@ class ChildSession {
         return crash_verdict("crash", "garbled answer from the evaluation child");
       }
       starts_ = 0;
+      // After a device fault the child exits once it has answered; start a fresh one next time
+      // (writing to the dying one could blame the next candidate for its exit).
+      if (j.value("context_lost", false)) reset();
       return j["verdict"];
     }
     return Status::error(Code::kUnavailable, "the evaluation child keeps dying before it reads a candidate");
@@ -355,6 +359,27 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
                                      const nlohmann::json& launch, int device, const EvolveOptions& o) {
   auto call = call_from_json(call_json);
   if (!call) return call.status();
+  // The cheapest stage first, here: a kernel the static rules reject never costs a child (nor
+  // the reference inputs of a huge key).
+  {
+    std::vector<std::string> dtypes;
+    int64_t max_numel = 0;
+    for (const auto* list : {&call.value().inputs, &call.value().outputs})
+      for (const auto& t : *list)
+        if (t.defined) {
+          dtypes.push_back(dtype_name(t.dtype));
+          max_numel = std::max(max_numel, t.numel());
+        }
+    StaticReport rep = static_check(source, call.value().backend, call.value().policy, dtypes, max_numel);
+    if (!rep.ok()) {
+      std::string first;
+      for (const auto& f : rep.findings)
+        if (f.severity == "error" && first.empty()) first = f.rule + " at line " + std::to_string(f.line) + ": " + f.text;
+      return nlohmann::json{{"verified", false}, {"stage", "static"},
+                            {"stages", {{{"name", "static"}, {"outcome", "rejected"}, {"summary", first},
+                                         {"evidence", rep.to_json()}, {"millis", 0}}}}};
+    }
+  }
   std::string file = temp_call_file(call.value());
   ChildSession child({o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file}, o);
   Status s = child.ensure();
