@@ -3,7 +3,9 @@
 # sysroot (.device-deps), then the stages named on the command line (default: all). Logs to $OUT.
 #   OUT=... scripts/device_run.sh [tests] [corpus] [gauntlet] [evolve] [train] [perf]
 set -uo pipefail
-OUT=${OUT:-/tmp/kc-out}; mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/kc-out}; OUT=$(mktemp -d)/logs; mkdir -p "$OUT" "$FINAL"
+# The device tool returns a handful of files: everything goes into one tarball at the end.
+trap 'tar -C "$(dirname "$OUT")" -czf "$FINAL/logs.tgz" logs; cp "$OUT"/*summary*.json "$FINAL"/ 2>/dev/null' EXIT
 STAGES=${*:-tests corpus gauntlet evolve train perf}
 export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
@@ -20,7 +22,7 @@ if has tests; then
   t=$(date +%s)
   ctest --test-dir $B --output-on-failure -j 8 --timeout 900 -L gpu -E corpus > "$OUT/ctest.log" 2>&1; echo "ctest gpu rc=$? ($(( $(date +%s) - t )) s)"
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -30
-  KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_cuda.py tests/python/test_evolution_cuda.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
+  KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTESTS:-tests/python/test_cuda.py tests/python/test_evolution_cuda.py} > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
   tail -15 "$OUT/pytest_gpu.log"
 fi
 if has corpus; then
@@ -43,7 +45,7 @@ fi
 if has train; then      # the training loop: eager, then with kernelcraft (evolution in the background)
   t=$(date +%s)
   benchmarks/train_perf.sh "$LIB" "$OUT/train" > "$OUT/train.log" 2>&1; echo "train rc=$? ($(( $(date +%s) - t )) s)"
-  tail -30 "$OUT/train.log"
+  tail -30 "$OUT/train.log"; cp "$OUT/train/summary.json" "$OUT/train_summary.json" 2>/dev/null
 fi
 if has perf; then
   P=$(mktemp -d)/perf; benchmarks/run_perf.sh $B "$P" > "$OUT/perf.log" 2>&1; echo "perf rc=$?"
