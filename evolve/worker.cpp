@@ -320,6 +320,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     if (!rec) return fail("building the record: " + rec.status().to_string());
     Record r = std::move(rec.value());
     r.meta = {{"provenance", {{"by", "kernelcraft-evolve"}, {"verified", true}, {"at", iso_now()}}},
+              {"policy", call.value().policy},
               {"candidate", {{"id", e.id}, {"family", e.family}, {"knobs", e.knobs}, {"origin", e.origin},
                              {"parents", e.parents}, {"generation", e.generation}}},
               {"timing", {{"median_ms", med}, {"mad_ms", mad}, {"eager_median_ms", emed}, {"eager_mad_ms", emad},
@@ -344,6 +345,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
   r.backend = call.value().backend;
   r.state = "eager_best";
   r.meta = {{"provenance", {{"by", "kernelcraft-evolve"}, {"at", iso_now()}}},
+            {"policy", call.value().policy},
             {"eager_median_ms", res.eager_ms},
             {"best_candidate_ms", res.best_ms},
             {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},

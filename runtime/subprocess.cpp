@@ -47,6 +47,20 @@ std::vector<std::string> merged_env(const std::vector<std::string>& extra) {
   return out;
 }
 
+// The host process (torch, python) may block signals in this thread or ignore SIGPIPE; children
+// start with a clean slate.
+void clean_signals(SpawnAttrs& sa, short extra_flags) {
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  posix_spawnattr_setsigmask(&sa.attr, &none);
+  posix_spawnattr_setsigdefault(&sa.attr, &defaults);
+  posix_spawnattr_setflags(&sa.attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | extra_flags);
+}
+
 }  // namespace
 
 std::vector<std::string> split_command(const std::string& cmd) {
@@ -64,18 +78,9 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, const Pr
   posix_spawn_file_actions_addopen(&sa.fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&sa.fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&sa.fa, 1, 2);
-  // The host process (torch, python) may block signals in this thread or ignore SIGPIPE; the
-  // compiler must start with a clean slate and in its own group so a timeout kills cc1plus too.
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_setsigmask(&sa.attr, &none);
-  posix_spawnattr_setsigdefault(&sa.attr, &defaults);
+  // Its own group, so a timeout kills cc1plus too.
   posix_spawnattr_setpgroup(&sa.attr, 0);
-  posix_spawnattr_setflags(&sa.attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  clean_signals(sa, POSIX_SPAWN_SETPGROUP);
 
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -123,17 +128,6 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, const Pr
 }
 
 namespace {
-void clean_signals(SpawnAttrs& sa, short extra_flags) {
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_setsigmask(&sa.attr, &none);
-  posix_spawnattr_setsigdefault(&sa.attr, &defaults);
-  posix_spawnattr_setflags(&sa.attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | extra_flags);
-}
 
 Result<int> spawn_with(SpawnAttrs& sa, const std::vector<std::string>& argv, const std::vector<std::string>& extra_env) {
   std::vector<char*> args;

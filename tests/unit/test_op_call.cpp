@@ -1,0 +1,55 @@
+// Calls (evolve/op_call.h): every op's call survives key -> call -> key and JSON round trips,
+// outputs are inferred as eager lays them out, and malformed keys are statuses.
+#include <gtest/gtest.h>
+
+#include "evolve/op_call.h"
+
+namespace kc::evolve {
+namespace {
+
+TEST(OpCall, KeyRoundTripForEveryOp) {
+  for (const auto& info : all_ops()) {
+    nlohmann::json args = nlohmann::json::object();
+    if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward)
+      args["normalized_shape"] = {5, 7};
+    auto c = make_call(info.id, {3, 5, 7}, DType::kF32, "cpu", args);
+    ASSERT_TRUE(c.is_ok()) << info.name << ": " << c.status().to_string();
+    c.value().target = "cpu-x86_64-v3+gcc-12.2.0";
+    const std::string key = call_key(c.value());
+    auto back = call_from_key(key);
+    ASSERT_TRUE(back.is_ok()) << key << ": " << back.status().to_string();
+    EXPECT_EQ(call_key(back.value()), key);
+    EXPECT_EQ(back.value().op, info.id);
+    EXPECT_EQ(back.value().outputs.size(), c.value().outputs.size());
+    auto j = call_from_json(to_json(back.value()));
+    ASSERT_TRUE(j.is_ok());
+    EXPECT_EQ(call_key(j.value()), key);
+  }
+}
+
+TEST(OpCall, LayerNormOutputsAndMasks) {
+  auto c = make_call(OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32, "cuda", {{"normalized_shape", {64, 256, 256}}});
+  ASSERT_TRUE(c.is_ok());
+  ASSERT_EQ(c.value().outputs.size(), 3u);
+  EXPECT_EQ(c.value().outputs[1].sizes, (std::vector<int64_t>{1, 1, 1, 1}));
+  auto b = make_call(OpId::kLayerNormBackward, {8, 512}, DType::kF32, "cuda", {{"output_mask", {1, 0, 1}}});
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_TRUE(b.value().outputs[0].defined);
+  EXPECT_FALSE(b.value().outputs[1].defined);
+  EXPECT_TRUE(b.value().outputs[2].defined);
+  EXPECT_TRUE(b.value().dense());
+}
+
+TEST(OpCall, BadKeysAreStatuses) {
+  for (const std::string k : {"", "kc1|x", "kc9|t|aten::relu|fp32|self=T:f32[2]s[1]a16",
+                              "kc1|t|aten::nope|fp32|self=T:f32[2]s[1]a16", "kc1|t|aten::relu|fp32|self=T:f32[2s[1]a16",
+                              "kc1|t|aten::relu|fp32|self=T:q9[2]s[1]a16"})
+    EXPECT_FALSE(call_from_key(k).is_ok()) << k;
+}
+
+TEST(OpCall, NormalizedShapeMustBeTrailing) {
+  EXPECT_FALSE(make_call(OpId::kLayerNorm, {4, 8}, DType::kF32, "cpu", {{"normalized_shape", {4}}}).is_ok());
+}
+
+}  // namespace
+}  // namespace kc::evolve
