@@ -223,6 +223,14 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
       return res;
     }
   }
+  // A kernel someone stored by hand while we searched (put_kernel, cache put/import) wins: never
+  // overwrite a served record this search did not write.
+  auto taken_meanwhile = [&]() {
+    auto v = read_value(o.cache_dir, key);
+    if (!v) return false;
+    auto rec = decode_record(v.value());
+    return rec && rec->state == "served";
+  };
   SearchState state;
   if (auto saved = read_value(o.cache_dir, search_state_key(key))) {
     auto j = nlohmann::json::parse(saved.value(), nullptr, false);
@@ -316,6 +324,11 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
       say("promotion of " + e.id + " refused at " + (v.value("verified", false) ? std::string("timing") : v.value("stage", "")));
       continue;
     }
+    if (taken_meanwhile()) {
+      res.outcome = "exists";
+      res.why = "a served record appeared during the search";
+      return res;
+    }
     auto rec = make_manual_record(key, cand.value().source, cand.value().launch, "kernelcraft-evolve");
     if (!rec) return fail("building the record: " + rec.status().to_string());
     Record r = std::move(rec.value());
@@ -335,6 +348,11 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     res.best_ms = med;
     res.why = "speedup " + std::to_string(emed / med);
     say("promoted " + e.id + ": " + std::to_string(med * 1e3) + " us vs eager " + std::to_string(emed * 1e3) + " us");
+    return res;
+  }
+  if (taken_meanwhile()) {
+    res.outcome = "exists";
+    res.why = "a served record appeared during the search";
     return res;
   }
   // Nothing beat eager (or nothing passed): remember it so the key is not searched again until the

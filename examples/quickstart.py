@@ -13,6 +13,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 LIB = sys.argv[1] if len(sys.argv) > 1 else str(HERE.parent / "build" / "torch_ops" / "libkernelcraft.so")
 # A private cache for the demo (the default is ~/.cache/kernelcraft); set before loading.
 os.environ.setdefault("KERNELCRAFT_CACHE_DIR", tempfile.mkdtemp(prefix="kc-quickstart-"))
+# This demo stores a kernel by hand; background evolution of misses is shown by
+# examples/train_block.py and examples/prewarm.py.
+os.environ.setdefault("KERNELCRAFT_EVOLVE", "0")
 
 import torch  # noqa: E402
 
