@@ -133,6 +133,22 @@ expect 0 cache ls --json
 jcheck 'len(j) == 2'
 ls "$CACHE" "$KERNELCRAFT_CACHE_DIR" 2>/dev/null | grep -q '^LOG' && fail "RocksDB info logs were written into a cache dir"
 
+
+# ---- verify: exit 0 only for a verified kernel, 1 rejected (with the stage), 2 usage / infrastructure
+KDIR="$(cd "$(dirname "$0")/../../examples/kernels" && pwd)"
+expect 0 verify --backend cpu --op relu --shape 300x7 --shape 5 --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json" --json
+jcheck 'j["verified"] is True and len(j["calls"]) == 2 and all(c["verified"] for c in j["calls"])'
+jcheck '[s["name"] for s in j["calls"][0]["stages"]] == ["static", "compile", "load", "numerics", "timing", "recheck", "sanitizer"]'
+sed 's/out\[i\] = (v > 0.0f || v != v) ? v : 0.0f;/out[i] = v > 0.0f ? v : 0.5f * v;/' "$KDIR/relu_cpu.cpp" >"$WORK/leaky.cpp"
+expect 1 verify --backend cpu --op relu --shape 300x7 --source "$WORK/leaky.cpp" --launch "$KDIR/relu_cpu.json" --json
+jcheck 'j["verified"] is False and j["stage"] == "numerics" and "index" in j["evidence"] and "expected" in j["evidence"]'
+printf 'static int calls = 0;\n' | cat - "$KDIR/relu_cpu.cpp" >"$WORK/stateful.cpp"
+expect 1 verify --backend cpu --op relu --shape 300x7 --source "$WORK/stateful.cpp" --launch "$KDIR/relu_cpu.json" --json
+jcheck 'j["stage"] == "static"'
+expect 2 verify --backend cpu --op relu --shape 300x7 --source "$WORK/missing.cpp" --launch "$KDIR/relu_cpu.json"
+expect 2 verify --backend cpu --op nosuchop --shape 3 --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"
+expect 2 verify --backend cpu --op relu --shape 3xq --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"
+
 if [ "$FAILS" != 0 ]; then
   echo "test_cli.sh: $FAILS failure(s)" >&2
   exit 1

@@ -204,8 +204,8 @@ int run_verify_cmd(const Args& args) {
   if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
   std::string source, launch_text;
   if (args.value("source").empty() || args.value("launch").empty()) return usage_error("verify needs --source and --launch");
-  if (!read_file(args.value("source"), source)) return fail("cannot read " + args.value("source"));
-  if (!read_file(args.value("launch"), launch_text)) return fail("cannot read " + args.value("launch"));
+  if (!read_file(args.value("source"), source)) return usage_error("cannot read " + args.value("source"));
+  if (!read_file(args.value("launch"), launch_text)) return usage_error("cannot read " + args.value("launch"));
   nlohmann::json launch = nlohmann::json::parse(launch_text, nullptr, false);
   if (launch.is_discarded()) return usage_error(args.value("launch") + " is not valid JSON");
   std::vector<evolve::OpCall> calls;
@@ -252,7 +252,9 @@ int run_verify_cmd(const Args& args) {
       if (out.contains("evidence")) std::printf("evidence: %s\n", out["evidence"].dump().substr(0, 2000).c_str());
     }
   }
-  return out["verified"].get<bool>() ? kExitOk : kExitFailure;
+  if (out["verified"].get<bool>()) return kExitOk;
+  // The one stderr line every failing command gives; the details are on stdout.
+  return fail("rejected at " + out.value("stage", std::string("?")) + ": " + out.value("summary", std::string()));
 }
 
 }  // namespace kc::cli
