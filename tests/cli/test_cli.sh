@@ -145,6 +145,11 @@ jcheck 'j["verified"] is False and j["stage"] == "numerics" and "index" in j["ev
 printf 'static int calls = 0;\n' | cat - "$KDIR/relu_cpu.cpp" >"$WORK/stateful.cpp"
 expect 1 verify --backend cpu --op relu --shape 300x7 --source "$WORK/stateful.cpp" --launch "$KDIR/relu_cpu.json" --json
 jcheck 'j["stage"] == "static"'
+# precision policy: a relu rounded to bf16 is wrong under fp32 (the default) and fine under bf16
+sed 's/kc_relu_f32/kc_relu_bf16/' "$KDIR/relu_cpu.json" >"$WORK/relu_bf16.json"
+expect 1 verify --backend cpu --op relu --shape 300x7 --source "$HERE/relu_bf16_cpu.cpp" --launch "$WORK/relu_bf16.json" --json
+jcheck 'j["stage"] == "numerics"'
+expect 0 verify --backend cpu --op relu --shape 300x7 --precision bf16 --source "$HERE/relu_bf16_cpu.cpp" --launch "$WORK/relu_bf16.json"
 expect 2 verify --backend cpu --op relu --shape 300x7 --source "$WORK/missing.cpp" --launch "$KDIR/relu_cpu.json"
 expect 2 verify --backend cpu --op nosuchop --shape 3 --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"
 expect 2 verify --backend cpu --op relu --shape 3xq --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"

@@ -123,6 +123,8 @@ int calls_from_args(const Args& args, std::vector<evolve::OpCall>& calls, bool n
     auto c = evolve::make_call(*op, sizes, dt, backend, extra);
     if (!c) return usage_error(c.status().message());
     c.value().policy = args.value("precision").empty() ? "fp32" : args.value("precision");
+    if (c.value().policy != "fp32" && c.value().policy != "tf32" && c.value().policy != "bf16")
+      return usage_error("--precision must be fp32, tf32 or bf16");
     if (need_key) {
       c.value().target = target;
       c.value().key = evolve::call_key(c.value());
