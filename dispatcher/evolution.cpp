@@ -94,8 +94,18 @@ class Submitter {
     std::lock_guard<std::mutex> g(spawn_mu_);
     if (worker_pid_ > 0) reap_if_exited(worker_pid_);
     if (worker_alive(dir)) return;
-    if (Clock::now() - last_spawn_ < std::chrono::seconds(3)) return;   // one may be starting up
+    // Back off while workers keep exiting without finishing our jobs (a broken install must not
+    // cost the training job a torch start-up every few seconds): 3 s, doubling to 5 min.
+    const int pending = count_pending();
+    if (pending < pending_at_spawn_) respawns_ = 0;
+    const auto wait = std::chrono::seconds(std::min(300, 3 << std::min(respawns_, 7)));
+    if (Clock::now() - last_spawn_ < wait) return;   // one may still be starting up
+    if (respawns_ >= 3)
+      log_once(LogLevel::kWarn, "worker-respawn", "kernelcraft: evolution workers keep exiting without finishing jobs; "
+                                                  "retrying with back-off (see " + dir + "/worker.log)");
     last_spawn_ = Clock::now();
+    pending_at_spawn_ = pending;
+    ++respawns_;
     auto pid = start_worker(dir, worker_exe(c),
                             {"--jobs", std::to_string(c.evolve_jobs), "--idle-s", std::to_string(c.worker_idle_s),
                              "--gpu-share", std::to_string(c.evolve_gpu_share)});
@@ -179,6 +189,8 @@ class Submitter {
   std::mutex spawn_mu_;
   int worker_pid_ = -1;
   Clock::time_point last_spawn_{};
+  int respawns_ = 0;            // spawns since our pending jobs last went down
+  int pending_at_spawn_ = 0;
 };
 
 }  // namespace

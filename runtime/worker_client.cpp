@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -154,9 +155,13 @@ Result<int> start_worker(const std::string& cache_dir, const std::string& worker
     return Status::error(Code::kUnavailable, "no worker executable (" + (worker_exe.empty() ? std::string("unset") : worker_exe) +
                                                  "); set KERNELCRAFT_WORKER");
   if (!make_dirs(cache_dir)) return Status::error(Code::kIOError, "cannot create " + cache_dir);
+  // One generation of log is kept: the worker appends a line per candidate, forever otherwise.
+  const std::string log_path = cache_dir + "/worker.log";
+  struct stat st{};
+  if (stat(log_path.c_str(), &st) == 0 && st.st_size > (8 << 20)) rename(log_path.c_str(), (log_path + ".1").c_str());
   std::vector<std::string> argv = {worker_exe, "worker", "--cache-dir", cache_dir};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  return spawn_detached(argv, {}, cache_dir + "/worker.log");
+  return spawn_detached(argv, {}, log_path);
 }
 
 std::string default_worker_exe() {

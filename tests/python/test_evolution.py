@@ -213,3 +213,23 @@ def test_offline_evolve_from_a_miss_log_then_ship_the_cache(tmp_path):
     assert out["same"]
     assert out["jobs"] is False, "a read-only shipped cache must not get jobs"
     assert (out["hits"] >= 1) == (state == "served")
+
+
+def test_a_worker_that_keeps_dying_is_restarted_with_back_off(tmp_path):
+    """A broken worker install must not cost the training job a process start every few seconds."""
+    cache = tmp_path / "c"
+    starts = tmp_path / "starts.txt"
+    fake = tmp_path / "fake-worker.sh"
+    fake.write_text(f"#!/bin/sh\necho started >> {starts}\nexit 0\n")
+    fake.chmod(0o755)
+    program = """
+        x = torch.randn(64, 33)
+        y = torch.relu(x)
+        t0 = time.time()
+        ok = kc.wait_for_evolution(20.0)          # never finishes: the "worker" exits at once
+        print(json.dumps({"waited": ok, "same": torch.equal(y, torch.relu(x)), "secs": time.time() - t0}))
+    """
+    out = child(program, evolve_env(cache, KERNELCRAFT_WORKER=fake))
+    assert out["waited"] is False and out["same"]
+    n = len(starts.read_text().splitlines())
+    assert 2 <= n <= 4, f"{n} worker starts in {out['secs']:.0f} s"
