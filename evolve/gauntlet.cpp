@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "evolve/eager.h"
+#include "evolve/sanitizers.h"
 #include "evolve/static_check.h"
 #include "runtime/config.h"
 #include "runtime/cpu_backend.h"
@@ -150,85 +151,6 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_cpu()) return std::memcmp(ac.data_ptr(), bc.data_ptr(), bytes) == 0;
   // Compare as bytes on the device; NaN payloads included.
   return at::equal(ac.view(at::kByte), bc.view(at::kByte));
-}
-
-std::string find_sanitizer(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  if (const char* e = std::getenv("KERNELCRAFT_SANITIZER")) return e;
-  if (const char* p = std::getenv("PATH")) {
-    std::string path = p;
-    size_t start = 0;
-    while (start <= path.size()) {
-      size_t colon = path.find(':', start);
-      std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-      std::string cand = dir + "/compute-sanitizer";
-      if (!dir.empty() && access(cand.c_str(), X_OK) == 0) return cand;
-      if (colon == std::string::npos) break;
-      start = colon + 1;
-    }
-  }
-  for (const char* c : {"/usr/local/cuda/bin/compute-sanitizer", "/usr/local/cuda/compute-sanitizer/compute-sanitizer"})
-    if (access(c, X_OK) == 0) return c;
-  return "";
-}
-
-std::string read_text(const std::string& p, size_t limit) {
-  std::ifstream f(p);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (s.size() > limit) s = s.substr(0, limit) + "...";
-  return s;
-}
-
-bool write_bytes(const std::string& p, const void* data, size_t n) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  return static_cast<bool>(f);
-}
-
-// The first line of a sanitizer report that says what went wrong (skipping banners and summaries);
-// compute-sanitizer prefixes report lines with "=========".
-std::string first_error_line(const std::string& text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    pos = nl == std::string::npos ? text.size() : nl + 1;
-    std::string body = line.rfind("========= ", 0) == 0 ? line.substr(10) : line;
-    if (body.size() < 4 || body.find("COMPUTE-SANITIZER") != std::string::npos ||
-        body.find("ERROR SUMMARY") != std::string::npos)
-      continue;
-    if (body.find("rror") != std::string::npos || body.find("Invalid") != std::string::npos ||
-        body.find("hazard") != std::string::npos || body.find("ERROR") != std::string::npos ||
-        body.find("Uninitialized") != std::string::npos || body.find("Barrier") != std::string::npos) {
-      // The source line (kernels are compiled with line info): "... in kernel.cu:12".
-      size_t at = text.find("kernel.cu:", pos);
-      if (at != std::string::npos) {
-        size_t end = text.find_first_of(" \n", at);
-        body += " (" + text.substr(at, end == std::string::npos ? std::string::npos : end - at) + ")";
-      }
-      return body;
-    }
-  }
-  return text.substr(0, text.find('\n'));
-}
-
-// The host compiler's libasan.so, or "" (asked once).
-std::string asan_runtime() {
-  static const std::string path = [] {
-    std::string out = temp_root() + "/kc-asan-path-" + std::to_string(getpid());
-    ProcessOptions po;
-    po.timeout_s = 20;
-    po.output_path = out;
-    std::vector<std::string> argv = split_command(load_config().cxx);
-    argv.push_back("-print-file-name=libasan.so");
-    auto r = run_process(argv, po);
-    std::string p = read_text(out, 4096);
-    unlink(out.c_str());
-    while (!p.empty() && (p.back() == '\n' || p.back() == ' ')) p.pop_back();
-    if (!r || !r.value().ok() || p.empty() || p[0] != '/' || access(p.c_str(), R_OK) != 0) return std::string();
-    return p;
-  }();
-  return path;
 }
 
 }  // namespace
@@ -688,103 +610,28 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     return v;
   }
 
-  // -- sanitizer: the candidate alone in a child, buffers at their exact sizes.
+  // -- sanitizer: the candidate alone in a child, buffers at their exact sizes (sanitizers.h).
   {
-    auto t0 = Clock::now();
-    Stage& s = stage("sanitizer");
-    std::string dir = m.opt.work_dir.empty() ? temp_root() + "/kc-sanitize-" + std::to_string(getpid()) : m.opt.work_dir;
-    make_dirs(dir);
-    std::string bin = binary;
-    std::vector<std::string> env;
-    std::vector<std::vector<std::string>> runs;   // argv per tool
-    if (m.cuda()) {
-      std::string san = find_sanitizer(m.opt.sanitizer);
-      if (san.empty()) {
-        s.outcome = "skipped";
-        s.summary = "compute-sanitizer not found (set KERNELCRAFT_SANITIZER)";
+    SanitizerRun run;
+    run.backend = c.backend;
+    run.device = m.device;
+    run.source = source;
+    run.binary = binary;
+    run.call = to_json(c);
+    run.launch = launch;
+    for (const auto& t : normal->inputs) {
+      if (!t.defined()) {
+        run.inputs.emplace_back();
+        continue;
       }
-      for (const auto& tool : m.opt.sanitizer_tools) {
-        std::vector<std::string> a = {san, "--tool", tool, "--error-exitcode", "86", "--print-limit", "4"};
-        if (tool == "memcheck") a.insert(a.end(), {"--leak-check", "no"});
-        if (tool == "racecheck") a.insert(a.end(), {"--racecheck-report", "hazard"});
-        a.insert(a.end(), {m.opt.sanitize_exe, dir});
-        runs.push_back(a);
-      }
-    } else {
-      auto asan = cpu_compile(source, {"-fsanitize=address", "-fno-omit-frame-pointer", "-g"});
-      if (!asan) {
-        s.outcome = "skipped";
-        s.summary = "AddressSanitizer build failed: " + asan.status().message().substr(0, 200);
-      } else {
-        bin = asan.value().binary;
-        // The runner is not built with ASan; its runtime is preloaded for the kernel's sake.
-        std::string rt = asan_runtime();
-        if (rt.empty()) {
-          s.outcome = "skipped";
-          s.summary = "no AddressSanitizer runtime (libasan.so) for the host compiler";
-        }
-        env = {"ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0:verify_asan_link_order=0", "LD_PRELOAD=" + rt};
-        runs.push_back({m.opt.sanitize_exe, dir});
-      }
+      at::Tensor h = t.contiguous().cpu();
+      run.inputs.emplace_back(static_cast<const char*>(h.data_ptr()), h.numel() * h.element_size());
     }
-    if (s.outcome != "skipped") {
-      if (m.opt.sanitize_exe.empty() || access(m.opt.sanitize_exe.c_str(), X_OK) != 0) {
-        s.outcome = "skipped";
-        s.summary = "kernelcraft-sanitize not found";
-      }
+    v.stages.push_back(run_sanitizers(run, m.opt));
+    if (v.stages.back().outcome == "rejected") {
+      v.stage = "sanitizer";
+      return v;
     }
-    if (s.outcome != "skipped") {
-      nlohmann::json cj = to_json(c);
-      std::ofstream(dir + "/call.json") << cj.dump();
-      std::ofstream(dir + "/launch.json") << launch.dump();
-      write_bytes(dir + "/kernel.bin", bin.data(), bin.size());
-      for (size_t k = 0; k < normal->inputs.size(); ++k) {
-        if (!normal->inputs[k].defined()) continue;
-        at::Tensor h = normal->inputs[k].contiguous().cpu();
-        write_bytes(dir + "/in" + std::to_string(k) + ".bin", h.data_ptr(), h.numel() * h.element_size());
-      }
-      // The tools run concurrently (each in its own process): wall time is the slowest one's.
-      std::vector<Result<ProcessResult>> results(runs.size(), Status::error(Code::kUnavailable, "not run"));
-      std::vector<std::string> names(runs.size()), logs(runs.size());
-      std::vector<std::thread> pool;
-      for (size_t k = 0; k < runs.size(); ++k) {
-        names[k] = m.cuda() ? m.opt.sanitizer_tools[k] : "asan";
-        logs[k] = dir + "/" + names[k] + ".log";
-        pool.emplace_back([&, k] {
-          ProcessOptions po;
-          po.timeout_s = m.opt.sanitizer_timeout_s;
-          po.output_path = logs[k];
-          po.env = env;
-          po.env.push_back("KERNELCRAFT_DEVICE=" + std::to_string(m.device));
-          results[k] = run_process(runs[k], po);
-        });
-      }
-      for (auto& t : pool) t.join();
-      nlohmann::json tools = nlohmann::json::array();
-      for (size_t k = 0; k < runs.size(); ++k) {
-        const std::string& tool = names[k];
-        std::string text = read_text(logs[k], 6000);
-        if (!results[k]) {
-          tools.push_back({{"tool", tool}, {"result", results[k].status().to_string()}});
-          s.evidence["tools"] = tools;
-          s.millis = ms_since(t0);
-          return reject(s, tool + ": " + results[k].status().message(), s.evidence);
-        }
-        const ProcessResult& r = results[k].value();
-        bool clean = r.ok();
-        tools.push_back({{"tool", tool}, {"exit", r.exit_code}, {"signal", r.signal},
-                         {"millis", r.millis}, {"output", clean ? std::string() : text}});
-        if (!clean) {
-          s.evidence["tools"] = tools;
-          s.millis = ms_since(t0);
-          return reject(s, tool + ": " + first_error_line(text), s.evidence);
-        }
-      }
-      s.evidence["tools"] = tools;
-      s.summary = "clean";
-      remove_tree(dir);
-    }
-    s.millis = ms_since(t0);
   }
   v.verified = true;
   return v;
