@@ -67,12 +67,11 @@ class Submitter {
     Config c = State::get().config();
     std::lock_guard<std::mutex> g(mu_);
     return {{"enabled", c.evolve && !c.cache_readonly}, {"submitted", submitted_.size()},
-            {"queued", queue_.size()}, {"worker_alive", worker_alive(dir_or(c))}, {"worker", worker_exe(c)},
+            {"queued", queue_.size()}, {"worker_alive", worker_alive(State::get().table().dir())}, {"worker", worker_exe(c)},
             {"last_error", last_error_}};
   }
 
  private:
-  static std::string dir_or(const Config& c) { return State::get().table().dir(); }
   static std::string worker_exe(const Config& c) { return c.worker.empty() ? default_worker_exe() : c.worker; }
 
   int count_pending() {

@@ -25,14 +25,6 @@ void say(const nlohmann::json& j) {
   std::fflush(stdout);
 }
 
-std::string self_dir() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, static_cast<size_t>(n));
-  return p.substr(0, p.rfind('/'));
-}
-
 Result<std::vector<at::Tensor>> unpickle_inputs(const std::string& bytes) {
   std::vector<at::Tensor> out;
   if (bytes.empty()) return out;
@@ -79,7 +71,8 @@ int eval_child_main(int argc, char** argv) {
     return say({{"fatal", "eval-child needs --job or --call"}}), 2;
   }
   GauntletOptions o;
-  o.sanitize_exe = self_dir() + "/kernelcraft-sanitize";
+  const std::string exe = self_exe();
+  o.sanitize_exe = exe.substr(0, exe.rfind('/') + 1) + "kernelcraft-sanitize";
   o.work_dir = temp_root() + "/kc-sanitize-" + std::to_string(getpid());
   auto g = Gauntlet::create(call, device, std::move(captured), o);
   if (!g) return say({{"fatal", g.status().to_string()}}), 2;

@@ -406,26 +406,10 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   {
     auto t0 = Clock::now();
     Stage& s = stage("static");
-    std::vector<std::string> dtypes;
-    int64_t max_numel = 0;
-    for (const auto* list : {&c.inputs, &c.outputs})
-      for (const auto& t : *list)
-        if (t.defined) {
-          dtypes.push_back(dtype_name(t.dtype));
-          max_numel = std::max(max_numel, t.numel());
-        }
-    StaticReport rep = static_check(source, c.backend, c.policy, dtypes, max_numel);
+    StaticReport rep = static_check(source, c);
     s.evidence = rep.to_json();
     s.millis = ms_since(t0);
-    if (!rep.ok()) {
-      std::string first;
-      for (const auto& f : rep.findings)
-        if (f.severity == "error") {
-          first = f.rule + " at line " + std::to_string(f.line) + ": " + f.text;
-          break;
-        }
-      return reject(s, first, s.evidence);
-    }
+    if (!rep.ok()) return reject(s, rep.first_error(), s.evidence);
   }
 
   // -- compile

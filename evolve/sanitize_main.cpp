@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,15 +15,10 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/fsutil.h"
 #include "runtime/launch_spec.h"
 
 namespace {
-
-std::string slurp(const std::string& p, bool* ok) {
-  std::ifstream f(p, std::ios::binary);
-  *ok = static_cast<bool>(f);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 int fail(int code, const std::string& msg) {
   std::fprintf(stderr, "kernelcraft-sanitize: %s\n", msg.c_str());
@@ -48,8 +42,8 @@ int main(int argc, char** argv) {
   if (argc != 2) return fail(2, "usage: kernelcraft-sanitize <bundle-dir>");
   const std::string dir = argv[1];
   bool ok1, ok2, ok3;
-  std::string call_text = slurp(dir + "/call.json", &ok1), launch_text = slurp(dir + "/launch.json", &ok2),
-              binary = slurp(dir + "/kernel.bin", &ok3);
+  std::string call_text = kc::read_file(dir + "/call.json", &ok1), launch_text = kc::read_file(dir + "/launch.json", &ok2),
+              binary = kc::read_file(dir + "/kernel.bin", &ok3);
   if (!ok1 || !ok2 || !ok3) return fail(2, "incomplete bundle in " + dir);
   auto cj = nlohmann::json::parse(call_text, nullptr, false);
   auto lj = nlohmann::json::parse(launch_text, nullptr, false);
@@ -78,7 +72,7 @@ int main(int argc, char** argv) {
       bufs.emplace_back(new char[n]);   // exact size: ASan's redzones sit right after it
       if (k < ninputs) {
         bool ok;
-        std::string data = slurp(dir + "/in" + std::to_string(k) + ".bin", &ok);
+        std::string data = kc::read_file(dir + "/in" + std::to_string(k) + ".bin", &ok);
         if (!ok || data.size() != n) return fail(2, "input " + std::to_string(k) + " has the wrong size");
         std::memcpy(bufs.back().get(), data.data(), n);
       }
@@ -121,7 +115,7 @@ int main(int argc, char** argv) {
     if (n && !p) return fail(2, "cuMemAlloc failed");
     if (k < ninputs && n) {
       bool ok;
-      std::string data = slurp(dir + "/in" + std::to_string(k) + ".bin", &ok);
+      std::string data = kc::read_file(dir + "/in" + std::to_string(k) + ".bin", &ok);
       if (!ok || data.size() != n) return fail(2, "input " + std::to_string(k) + " has the wrong size");
       if (d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(p), data.data(), n) != CUDA_SUCCESS) return fail(2, "copy failed");
     }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "runtime/config.h"
@@ -35,17 +34,10 @@ std::string find_sanitizer(const std::string& configured) {
   return "";
 }
 
+// A log's head, bounded for the evidence.
 std::string read_text(const std::string& p, size_t limit) {
-  std::ifstream f(p);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (s.size() > limit) s = s.substr(0, limit) + "...";
-  return s;
-}
-
-bool write_bytes(const std::string& p, const void* data, size_t n) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  return static_cast<bool>(f);
+  std::string s = read_file(p);
+  return s.size() > limit ? s.substr(0, limit) + "..." : s;
 }
 
 // The first line of a sanitizer report that says what went wrong (skipping banners and summaries);
@@ -151,12 +143,12 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
     }
   }
   if (s.outcome != "skipped") {
-    std::ofstream(dir + "/call.json") << in.call.dump();
-    std::ofstream(dir + "/launch.json") << in.launch.dump();
-    write_bytes(dir + "/kernel.bin", bin.data(), bin.size());
+    write_file(dir + "/call.json", in.call.dump());
+    write_file(dir + "/launch.json", in.launch.dump());
+    write_file(dir + "/kernel.bin", bin);
     for (size_t k = 0; k < in.inputs.size(); ++k)
       if (!in.inputs[k].empty())
-        write_bytes(dir + "/in" + std::to_string(k) + ".bin", in.inputs[k].data(), in.inputs[k].size());
+        write_file(dir + "/in" + std::to_string(k) + ".bin", in.inputs[k]);
     // The tools run concurrently (each in its own process): wall time is the slowest one's.
     std::vector<Result<ProcessResult>> results(runs.size(), Status::error(Code::kUnavailable, "not run"));
     std::vector<std::string> names(runs.size()), logs(runs.size());

@@ -419,6 +419,24 @@ void check_int32_index(StaticReport& r, const Views& v, const Rule& rule, const 
 
 }  // namespace
 
+std::string StaticReport::first_error() const {
+  for (const auto& f : findings)
+    if (f.severity == "error") return f.rule + " at line " + std::to_string(f.line) + ": " + f.text;
+  return "";
+}
+
+StaticReport static_check(const std::string& source, const OpCall& c) {
+  std::vector<std::string> dtypes;
+  int64_t max_numel = 0;
+  for (const auto* list : {&c.inputs, &c.outputs})
+    for (const auto& t : *list)
+      if (t.defined) {
+        dtypes.push_back(dtype_name(t.dtype));
+        max_numel = std::max(max_numel, t.numel());
+      }
+  return static_check(source, c.backend, c.policy, dtypes, max_numel);
+}
+
 bool StaticReport::ok() const {
   return std::none_of(findings.begin(), findings.end(), [](const Finding& f) { return f.severity == "error"; });
 }

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evolve/op_call.h"
+
 namespace kc::evolve {
 
 struct Finding {
@@ -23,6 +25,7 @@ struct Finding {
 struct StaticReport {
   std::vector<Finding> findings;
   bool ok() const;                  // no errors
+  std::string first_error() const;  // "rule at line N: text" of the first error, or ""
   nlohmann::json to_json() const;   // {"ok": bool, "errors": n, "warnings": n, "findings": [...]}
 };
 
@@ -32,5 +35,8 @@ struct StaticReport {
 // carry code: inline asm operands, __attribute__ and _Pragma arguments, preprocessor lines.
 StaticReport static_check(const std::string& source, const std::string& backend, const std::string& policy,
                           const std::vector<std::string>& dtypes, int64_t max_numel);
+
+// The same for a call: backend, policy, dtypes and the largest numel taken from `c`.
+StaticReport static_check(const std::string& source, const OpCall& c);
 
 }  // namespace kc::evolve

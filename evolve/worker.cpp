@@ -189,7 +189,7 @@ std::string temp_call_file(const OpCall& c) {
   std::string dir = temp_root() + "/kc-calls-" + std::to_string(getpid());
   make_dirs(dir);
   std::string p = dir + "/" + fnv1a64_hex(c.key + std::to_string(Clock::now().time_since_epoch().count())) + ".json";
-  std::ofstream(p) << to_json(c).dump();
+  write_file(p, to_json(c).dump());
   return p;
 }
 
@@ -381,25 +381,10 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
   if (!call) return call.status();
   // The cheapest stage first, here: a kernel the static rules reject never costs a child (nor
   // the reference inputs of a huge key).
-  {
-    std::vector<std::string> dtypes;
-    int64_t max_numel = 0;
-    for (const auto* list : {&call.value().inputs, &call.value().outputs})
-      for (const auto& t : *list)
-        if (t.defined) {
-          dtypes.push_back(dtype_name(t.dtype));
-          max_numel = std::max(max_numel, t.numel());
-        }
-    StaticReport rep = static_check(source, call.value().backend, call.value().policy, dtypes, max_numel);
-    if (!rep.ok()) {
-      std::string first;
-      for (const auto& f : rep.findings)
-        if (f.severity == "error" && first.empty()) first = f.rule + " at line " + std::to_string(f.line) + ": " + f.text;
-      return nlohmann::json{{"verified", false}, {"stage", "static"},
-                            {"stages", {{{"name", "static"}, {"outcome", "rejected"}, {"summary", first},
-                                         {"evidence", rep.to_json()}, {"millis", 0}}}}};
-    }
-  }
+  if (StaticReport rep = static_check(source, call.value()); !rep.ok())
+    return nlohmann::json{{"verified", false}, {"stage", "static"},
+                          {"stages", {{{"name", "static"}, {"outcome", "rejected"}, {"summary", rep.first_error()},
+                                       {"evidence", rep.to_json()}, {"millis", 0}}}}};
   std::string file = temp_call_file(call.value());
   ChildSession child({o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file}, o);
   Status s = child.ensure();
@@ -429,7 +414,7 @@ int run_worker(const EvolveOptions& base, double idle_exit_s) {
   std::mutex mu;
   std::set<std::string> running;
   auto last_work = Clock::now();
-  auto worker_thread = [&](int id) {
+  auto worker_thread = [&] {
     while (!g_stop.load()) {
       std::string path;
       {
@@ -475,10 +460,9 @@ int run_worker(const EvolveOptions& base, double idle_exit_s) {
       running.erase(path);
       last_work = Clock::now();
     }
-    (void)id;
   };
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker_thread, t);
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker_thread);
   for (auto& t : pool) t.join();
   log(LogLevel::kWarn, "worker: exiting" + std::string(g_stop.load() ? " (asked to stop)" : " (idle)"));
   return 0;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "runtime/fsutil.h"
+
 namespace kc {
 namespace {
 
@@ -29,14 +31,6 @@ Status need_object(const json& j, const char* field, json& out) {
   return Status::ok();
 }
 
-uint64_t fnv1a64(const std::string& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
 
 Result<Record> decode_object(const json& j) {
   if (!j.is_object()) return corrupt("not a CBOR map");
@@ -115,10 +109,8 @@ Result<Record> decode_record(const std::string& bytes) {
 }
 
 json record_summary(const Record& r) {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a64(r.blob)));
   json j = fields_without_blob(r);
-  j["blob"] = {{"bytes", r.blob.size()}, {"fnv1a64", std::string(hex)}};
+  j["blob"] = {{"bytes", r.blob.size()}, {"fnv1a64", fnv1a64_hex(r.blob)}};
   return j;
 }
 

@@ -49,19 +49,6 @@ class TempDir {
   std::string path_;
 };
 
-bool write_file(const std::string& path, const std::string& data) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
-  return static_cast<bool>(f);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // What the host toolchain is and the flags every kernel gets; probed once per process.
 struct Toolchain {
   std::vector<std::string> cxx;        // the compiler command, split on whitespace

@@ -1,6 +1,10 @@
 // POSIX implementations of the file helpers (see fsutil.h for why not std::filesystem).
 #include "runtime/fsutil.h"
 
+#include <sstream>
+
+#include <fstream>
+
 #include <dirent.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -66,6 +70,37 @@ bool list_dir(const std::string& dir, const std::function<void(const std::string
   }
   ::closedir(d);
   return true;
+}
+
+std::string read_file(const std::string& path, bool* ok) {
+  std::ifstream f(path, std::ios::binary);
+  if (ok) *ok = static_cast<bool>(f);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool write_file(const std::string& path, std::string_view data) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  return static_cast<bool>(f);
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+std::string fnv1a64_hex(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 }  // namespace kc

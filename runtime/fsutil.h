@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace kc {
 
@@ -17,5 +18,13 @@ void remove_tree(const std::string& p);
 std::string temp_root();
 // Calls fn(name) for each entry of `dir` except . and ..; false if dir cannot be read.
 bool list_dir(const std::string& dir, const std::function<void(const std::string&)>& fn);
+// The whole file as bytes ("" and *ok = false when it cannot be read).
+std::string read_file(const std::string& path, bool* ok = nullptr);
+// Replaces the file's contents; false on any write error.
+bool write_file(const std::string& path, std::string_view data);
+// The running executable's path (/proc/self/exe), or "".
+std::string self_exe();
+// FNV-1a 64-bit hash of `bytes` as 16 hex digits (job file names, blob summaries).
+std::string fnv1a64_hex(std::string_view bytes);
 
 }  // namespace kc

@@ -20,17 +20,6 @@
 
 namespace kc {
 
-std::string fnv1a64_hex(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 std::string jobs_dir(const std::string& cache_dir) { return cache_dir + "/jobs"; }
 
 std::string job_path(const std::string& cache_dir, const std::string& key) {
@@ -48,14 +37,9 @@ Status submit_job(const std::string& cache_dir, const Job& job) {
                       {"submitted_unix_ms", job.submitted_unix_ms}, {"submitter_pid", job.submitter_pid}};
   std::vector<uint8_t> bytes = nlohmann::json::to_cbor(j);
   const std::string tmp = dir + "/.tmp-" + std::to_string(getpid()) + "-" + fnv1a64_hex(job.key);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    if (!f) {
-      unlink(tmp.c_str());
-      return Status::error(Code::kIOError, "cannot write " + tmp);
-    }
+  if (!write_file(tmp, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()))) {
+    unlink(tmp.c_str());
+    return Status::error(Code::kIOError, "cannot write " + tmp);
   }
   // link() fails with EEXIST when another process submitted the same key first: one search per key.
   int rc = link(tmp.c_str(), final_path.c_str());
@@ -71,9 +55,9 @@ bool job_pending(const std::string& cache_dir, const std::string& key) {
 }
 
 Result<Job> read_job(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::error(Code::kNotFound, "no job " + path);
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  bool ok = false;
+  std::string bytes = read_file(path, &ok);
+  if (!ok) return Status::error(Code::kNotFound, "no job " + path);
   nlohmann::json j = nlohmann::json::from_cbor(bytes, true, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("key"))
     return Status::error(Code::kCorrupt, "job file " + path + " does not parse");

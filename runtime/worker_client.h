@@ -28,7 +28,6 @@ struct Job {
 
 std::string jobs_dir(const std::string& cache_dir);
 std::string job_path(const std::string& cache_dir, const std::string& key);
-std::string fnv1a64_hex(const std::string& s);
 
 // Writes the job; kBusy (not an error for callers) if one for this key is already pending.
 Status submit_job(const std::string& cache_dir, const Job& job);

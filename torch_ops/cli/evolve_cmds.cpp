@@ -17,24 +17,12 @@
 namespace kc::cli {
 namespace {
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("kernelcraft");
-}
-
-bool read_file(const std::string& p, std::string& out) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return false;
-  out.assign((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return true;
-}
-
 // Settings shared by worker and evolve: configuration (env / KERNELCRAFT_CONFIG), then options.
 int evolve_options(const Args& args, evolve::EvolveOptions& o) {
   Config c = load_config();
   o.cache_dir = args.cache_dir;
   o.self_exe = self_exe();
+  if (o.self_exe.empty()) o.self_exe = "kernelcraft";
   o.gpu_share = c.evolve_gpu_share;
   o.jobs = c.evolve_jobs;
   o.search.mu = c.evolve_mu;
@@ -152,7 +140,9 @@ int run_evolve_cmd(const Args& args) {
   std::vector<std::string> keys;
   if (!args.value("keys").empty()) {
     std::string text;
-    if (!read_file(args.value("keys"), text)) return fail("cannot read " + args.value("keys"));
+    bool ok = false;
+    text = read_file(args.value("keys"), &ok);
+    if (!ok) return fail("cannot read " + args.value("keys"));
     for (auto& line : split(text, '\n')) {
       while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
       if (!line.empty() && line[0] != '#') keys.push_back(line);
@@ -206,8 +196,11 @@ int run_verify_cmd(const Args& args) {
   if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
   std::string source, launch_text;
   if (args.value("source").empty() || args.value("launch").empty()) return usage_error("verify needs --source and --launch");
-  if (!read_file(args.value("source"), source)) return usage_error("cannot read " + args.value("source"));
-  if (!read_file(args.value("launch"), launch_text)) return usage_error("cannot read " + args.value("launch"));
+  bool ok_source = false, ok_launch = false;
+  source = read_file(args.value("source"), &ok_source);
+  launch_text = read_file(args.value("launch"), &ok_launch);
+  if (!ok_source) return usage_error("cannot read " + args.value("source"));
+  if (!ok_launch) return usage_error("cannot read " + args.value("launch"));
   nlohmann::json launch = nlohmann::json::parse(launch_text, nullptr, false);
   if (launch.is_discarded()) return usage_error(args.value("launch") + " is not valid JSON");
   std::vector<evolve::OpCall> calls;
