@@ -27,7 +27,8 @@
 //                        wb_cols (columns per block of those launches), acc, unroll, simd
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
-// This file is the registry; the families live in templates_cpu_{unary,softmax,layer_norm}.cpp and
+// This file is the registry; the families live in
+// templates_cpu_{unary,softmax,layer_norm,layer_norm_backward}.cpp and
 // share templates_cpu_common.h.
 #include "evolve/proposer.h"
 
@@ -35,12 +36,13 @@ namespace kc::evolve {
 
 const Template* cpu_unary_template(bool backward);
 const Template* cpu_softmax_template(bool backward);
-const Template* cpu_layer_norm_template(bool backward);
+const Template* cpu_layer_norm_template();
+const Template* cpu_layer_norm_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
                                                  cpu_softmax_template(false),   cpu_softmax_template(true),
-                                                 cpu_layer_norm_template(false), cpu_layer_norm_template(true)};
+                                                 cpu_layer_norm_template(), cpu_layer_norm_backward_template()};
   return v;
 }
 

@@ -254,4 +254,20 @@ struct Rows {
 };
 
 
+// Rows and row length of a layer-norm call; false when shapes do not fit together.
+inline bool ln_rows(const OpCall& c, const TensorMeta& x, Rows& r) {
+  const std::vector<int64_t> ns = c.list_arg("normalized_shape");
+  if (ns.size() > x.sizes.size()) return false;
+  const size_t axis = x.sizes.size() - ns.size();
+  int64_t n = 1;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    if (x.sizes[axis + i] != ns[i]) return false;
+    n *= ns[i];
+  }
+  if (n <= 0 || x.numel() <= 0) return false;
+  r.n = n;
+  r.rows = x.numel() / n;
+  return true;
+}
+
 }  // namespace kc::evolve::cpu_tpl

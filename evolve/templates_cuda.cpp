@@ -9,7 +9,8 @@
 // their canonical value in Candidate::knobs, so two settings that render the same code share an
 // id. Knob values outside space() and combinations over the register budget are kUnsupported.
 //
-// This file is the registry; the families live in templates_cuda_{elementwise,softmax,layer_norm}.cpp
+// This file is the registry; the families live in
+// templates_cuda_{elementwise,softmax,layer_norm,layer_norm_backward}.cpp
 // and share templates_cuda_common.h.
 #include "evolve/proposer.h"
 
@@ -17,12 +18,13 @@ namespace kc::evolve {
 
 const Template* cuda_elementwise_template(bool backward);
 const Template* cuda_softmax_template(bool backward);
-const Template* cuda_layer_norm_template(bool backward);
+const Template* cuda_layer_norm_template();
+const Template* cuda_layer_norm_backward_template();
 
 const std::vector<const Template*>& cuda_templates() {
   static const std::vector<const Template*> v = {
       cuda_elementwise_template(false), cuda_elementwise_template(true), cuda_softmax_template(false),
-      cuda_softmax_template(true),      cuda_layer_norm_template(false), cuda_layer_norm_template(true)};
+      cuda_softmax_template(true),      cuda_layer_norm_template(), cuda_layer_norm_backward_template()};
   return v;
 }
 

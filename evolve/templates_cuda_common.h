@@ -256,4 +256,53 @@ inline Candidate make_candidate(const char* family, Knobs k, std::string src, js
 inline bool tensor_ok(const TensorMeta* t, DType d) { return t && t->defined && t->dtype == d; }
 
 
+// ---------------------------------------------------------------------------------------------
+// Layer norm geometry and parameter lists, shared by the forward and backward templates.
+
+inline const std::vector<int64_t> kSplits = {33, 66, 132, 264, 528, 1056};
+
+// Number of rows M and row length N of a layer norm call (forward: input + normalized_shape).
+inline bool ln_geometry(const OpCall& c, int64_t& M, int64_t& N) {
+  const TensorMeta* x = c.input("input");
+  if (!tensor_ok(x, DType::kF32)) return false;
+  auto ns = c.list_arg("normalized_shape");
+  const int64_t nd = static_cast<int64_t>(x->sizes.size());
+  if (ns.empty() || static_cast<int64_t>(ns.size()) > nd) return false;
+  N = 1;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    if (x->sizes[nd - ns.size() + i] != ns[i]) return false;
+    N *= ns[i];
+  }
+  if (N <= 0 || x->numel() == 0) return false;
+  M = x->numel() / N;
+  return N <= INT_MAX / 2 && M <= INT_MAX;
+}
+
+inline bool ln_param_ok(const TensorMeta* t, int64_t N) {
+  return !t || !t->defined || (t->dtype == DType::kF32 && t->numel() == N);
+}
+
+// Split knob values worth trying: chunks of at least 1024 elements, at most 2^31 blocks.
+inline std::vector<int64_t> split_values(int64_t M, int64_t N) {
+  std::vector<int64_t> v = {0};
+  for (int64_t s : kSplits)
+    if (N / s >= 1024 && M * s <= INT_MAX) v.push_back(s);
+  // Default: split when rows are too few to fill the GPU, aiming at ~4 blocks per SM.
+  int64_t def = 0;
+  if (M < 2 * kSms)
+    for (int64_t s : v)
+      if (s > 0 && (def == 0 || M * def < 4 * kSms)) def = s;
+  return with_default(v, def);
+}
+
+// Parameter lists for optional tensors: the launch spec may only name defined ones.
+inline std::string opt_params(const std::vector<std::pair<std::string, bool>>& ps, const char* macro, const char* locals) {
+  std::string params = "#define " + std::string(macro), loc = "#define " + std::string(locals);
+  for (const auto& [n, on] : ps) {
+    if (on) params += " , const float* __restrict__ " + n;
+    else loc += " const float* " + n + " = nullptr; (void)" + n + ";";
+  }
+  return params + "\n" + loc + "\n";
+}
+
 }  // namespace kc::evolve::cuda_tpl
