@@ -1,0 +1,105 @@
+// The numerics stage's comparison; see numerics.h.
+#include "evolve/numerics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+namespace kc::evolve {
+
+double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where) {
+  at::Tensor finite = at::isfinite(ref) & at::isfinite(r64);
+  at::Tensor e = (x.to(at::kDouble) - r64).abs() / (r64.abs() + tau);
+  e = at::where(finite, e, at::zeros_like(e));
+  e = at::where(at::isnan(e), at::full_like(e, INFINITY), e);   // candidate NaN where eager is finite
+  if (e.numel() == 0) return 0;
+  at::Tensor flat = e.reshape(-1);
+  int64_t idx = flat.argmax().item<int64_t>();
+  if (where) *where = idx;
+  return flat[idx].item<double>();
+}
+
+namespace {
+
+double value_at(const at::Tensor& t, int64_t flat) { return t.reshape(-1)[flat].item<double>(); }
+
+std::string index_string(const at::Tensor& t, int64_t flat) {
+  std::string s = "[";
+  auto sizes = t.sizes();
+  std::vector<int64_t> idx(sizes.size());
+  for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
+    idx[d] = sizes[d] ? flat % sizes[d] : 0;
+    flat = sizes[d] ? flat / sizes[d] : 0;
+  }
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? "," : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.9g", v);
+  return b;
+}
+
+
+std::optional<nlohmann::json> compare(const std::string& out_name, at::Tensor x, at::Tensor ref, at::Tensor r64,
+                                      double budget, double tau, const at::Tensor& care, const at::Tensor& denormal_in) {
+  if (!x.defined() || !ref.defined()) {
+    if (x.defined() != ref.defined()) return nlohmann::json{{"output", out_name}, {"error", "output presence differs"}};
+    return std::nullopt;
+  }
+
+  // Non-finite values: exactly where eager has them, with the same kind; or where the fp64
+  // computation has them (a kernel more exact than eager, e.g. gelu(+inf) = +inf, is not wrong).
+  if (care.defined() && care.sizes() == x.sizes()) {   // compare the cared-for elements only
+    x = x.masked_select(care);
+    ref = ref.masked_select(care);
+    r64 = r64.masked_select(care);
+  }
+  auto mismatch = [&](const at::Tensor& r) {
+    at::Tensor rr = r.to(x.scalar_type());
+    at::Tensor xn = at::isnan(x), rn = at::isnan(rr);
+    at::Tensor xi = at::isinf(x), ri = at::isinf(rr);
+    return (xn != rn) | (xi != ri) | (ri & (x != rr));
+  };
+  at::Tensor bad = mismatch(ref) & mismatch(r64);
+  if (bad.any().item<bool>()) {
+    int64_t i = bad.reshape(-1).nonzero()[0][0].item<int64_t>();
+    return nlohmann::json{{"output", out_name}, {"check", "non-finite"}, {"index", index_string(ref, i)},
+                          {"expected", value_at(ref, i)}, {"actual", value_at(x, i)},
+                          {"why", "NaN/Inf where eager has none, or missing where it has them"}};
+  }
+  // Denormals kept: where a denormal input gives eager a non-zero subnormal, the candidate must
+  // not give zero (it flushed the input).
+  if (x.scalar_type() == at::kFloat && denormal_in.defined() && denormal_in.sizes() == x.sizes()) {
+    at::Tensor sub = (ref != 0) & (ref.abs() < std::numeric_limits<float>::min()) & (x == 0) & denormal_in;
+    if (sub.any().item<bool>()) {
+      int64_t i = sub.reshape(-1).nonzero()[0][0].item<int64_t>();
+      return nlohmann::json{{"output", out_name}, {"check", "denormal"}, {"index", index_string(ref, i)},
+                            {"expected", value_at(ref, i)}, {"actual", 0.0}, {"why", "flushes denormals to zero"}};
+    }
+  }
+  int64_t i = 0;
+  double err = rel_err(x, ref, r64, tau, &i);
+  if (err > budget) {
+    return nlohmann::json{{"output", out_name}, {"check", "error budget"}, {"index", index_string(ref, i)},
+                          {"expected", value_at(ref, i)}, {"fp64", value_at(r64, i)}, {"actual", value_at(x, i)},
+                          {"error", err}, {"budget", budget}};
+  }
+  return std::nullopt;
+}
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  const size_t bytes = ac.numel() * ac.element_size();
+  if (a.is_cpu()) return std::memcmp(ac.data_ptr(), bc.data_ptr(), bytes) == 0;
+  // Compare as bytes on the device; NaN payloads included.
+  return at::equal(ac.view(at::kByte), bc.view(at::kByte));
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,43 @@
+// Numerics of the gauntlet: an input set with its eager and fp64 references and error budgets,
+// and the comparison of a candidate's output against them (evolve/gauntlet.h, stage "numerics").
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+namespace kc::evolve {
+
+struct InputSet {
+  std::string name;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> ref, ref64;   // eager and fp64 outputs
+  std::vector<double> budget, tau;      // per output
+  std::vector<double> eager_err;        // eager's own error against fp64, per output
+  // Elements compared (undefined: all). The special set checks that non-finite inputs do not
+  // spill into other elements; what an op returns *at* a NaN/inf input is left open (fmaxf-style
+  // relu returns 0 for NaN where torch propagates it: a convention, not a defect).
+  at::Tensor care;
+  // Elementwise ops: where some input is a (non-zero) denormal. A flush-to-zero kernel reads those
+  // as zero; that, not a formula that underflows differently, is what the denormal check is for.
+  at::Tensor denormal_in;
+};
+
+// max_i |x - r64| / (|r64| + tau) over positions where the eager reference is finite; *where gets
+// the flat index of the maximum.
+double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where);
+
+// Compares one output with eager (`ref`) and fp64 (`r64`); on failure the evidence: the check
+// that failed, the first offending index, expected / fp64 / actual values, error and budget.
+std::optional<nlohmann::json> compare(const std::string& out_name, at::Tensor x, at::Tensor ref, at::Tensor r64,
+                                      double budget, double tau, const at::Tensor& care, const at::Tensor& denormal_in);
+
+// Same sizes, dtype and bytes (NaN payloads included).
+bool same_bits(const at::Tensor& a, const at::Tensor& b);
+
+// %.9g: enough digits to tell float values (and denormals) apart in a one-line summary.
+std::string num(double v);
+
+}  // namespace kc::evolve
