@@ -35,12 +35,6 @@ TensorMeta absent(const std::string& name) {
   return m;
 }
 
-std::optional<DType> dtype_by_name(std::string_view s) {
-  for (DType d : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kI8,
-                  DType::kU8, DType::kBool})
-    if (s == dtype_name(d)) return d;
-  return std::nullopt;
-}
 
 bool parse_ints(std::string_view s, std::vector<int64_t>& out) {   // "[1,2,3]"
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') return false;
@@ -68,7 +62,7 @@ Result<TensorMeta> parse_tensor(const std::string& name, std::string_view body) 
   size_t ab = body.rfind("]a");
   if (lb == std::string_view::npos || sb == std::string_view::npos || ab == std::string_view::npos || ab < sb)
     return bad_key("tensor " + name);
-  auto dt = dtype_by_name(body.substr(0, lb));
+  auto dt = dtype_from_name(body.substr(0, lb));
   if (!dt) return bad_key("dtype of " + name);
   TensorMeta m;
   m.name = name;
@@ -351,7 +345,7 @@ Result<TensorMeta> meta_from(const nlohmann::json& j) {
   TensorMeta t;
   t.name = j.at("name").get<std::string>();
   if (!j.value("defined", true)) return absent(t.name);
-  auto dt = dtype_by_name(j.at("dtype").get<std::string>());
+  auto dt = dtype_from_name(j.at("dtype").get<std::string>());
   if (!dt) return Status::error(Code::kInvalid, "dtype of " + t.name);
   t.dtype = *dt;
   t.sizes = j.at("sizes").get<std::vector<int64_t>>();

@@ -95,7 +95,7 @@ Result<ExportStats> export_impl(Store& store, const std::string& path, const Bun
   ExportStats st;
   std::string op = filter_op(filter.op);
   json records = json::array();
-  Status scan = store.scan("kc", [&](const std::string& key, const std::string& value) {
+  Status scan = store.scan(kRecordKeyPrefix, [&](const std::string& key, const std::string& value) {
     if (!filter.key_contains.empty() && key.find(filter.key_contains) == std::string::npos) return true;
     auto rec = decode_record(value);
     if (!rec) {

@@ -17,6 +17,9 @@
 namespace kc {
 
 constexpr int kKeyVersion = 1;
+// Every record key starts with this; the store also holds other entries (the worker's
+// "search|<key>" states), so listings scan this prefix.
+constexpr const char* kRecordKeyPrefix = "kc";
 
 // Builds the canonical key of one call. Appends only; cheap enough for the hot path.
 class KeyBuilder {

@@ -30,6 +30,13 @@ int dtype_size(DType d) {
   return 0;
 }
 
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (DType d : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kI8,
+                  DType::kU8, DType::kBool})
+    if (name == dtype_name(d)) return d;
+  return std::nullopt;
+}
+
 int64_t TensorMeta::numel() const {
   int64_t n = 1;
   for (auto s : sizes) n *= s;

@@ -1,6 +1,8 @@
 // Torch-free description of a tensor argument: what the key and the launch spec see of it.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <variant>
 #include <vector>
@@ -10,6 +12,7 @@ namespace kc {
 // Element types the runtime understands; names follow torch's short names.
 enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI64, kI32, kI8, kU8, kBool, kOther };
 const char* dtype_name(DType d);   // "f32", "f64", ...
+std::optional<DType> dtype_from_name(std::string_view name);   // the inverse; nullopt if unknown
 int dtype_size(DType d);           // bytes; 0 for kOther
 
 struct TensorMeta {

@@ -52,7 +52,7 @@ int cmd_ls(const Args& args) {
   if (!st) return store_failure(st.status());
   std::string match = args.value("match");
   json rows = json::array();
-  Status s = st.value()->scan("kc", [&](const std::string& key, const std::string& value) {
+  Status s = st.value()->scan(kRecordKeyPrefix, [&](const std::string& key, const std::string& value) {
     if (!match.empty() && key.find(match) == std::string::npos) return true;
     if (!op.value().empty() && key_op(key) != op.value()) return true;
     auto rec = decode_record(value);
@@ -132,7 +132,7 @@ int cmd_stats(const Args& args) {
   if (!st) return store_failure(st.status());
   size_t records = 0, blob_bytes = 0, value_bytes = 0;
   std::map<std::string, size_t> by_state, by_backend, by_op;
-  Status s = st.value()->scan("kc", [&](const std::string& key, const std::string& value) {
+  Status s = st.value()->scan(kRecordKeyPrefix, [&](const std::string& key, const std::string& value) {
     ++records;
     value_bytes += value.size();
     auto rec = decode_record(value);

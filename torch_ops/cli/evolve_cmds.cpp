@@ -84,12 +84,10 @@ int calls_from_args(const Args& args, std::vector<evolve::OpCall>& calls, bool n
   if (args.value("op").empty() || args.value("shape").empty()) return usage_error("give --key KEY, or --op OP and --shape AxB");
   auto op = op_by_name(args.value("op"));
   if (!op) return usage_error("unknown op '" + args.value("op") + "' (kernelcraft ops lists them)");
-  DType dt = DType::kF32;
-  const std::string dts = args.value("dtype").empty() ? "f32" : args.value("dtype");
-  bool found = false;
-  for (DType d : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16})
-    if (dts == dtype_name(d)) dt = d, found = true;
-  if (!found) return usage_error("--dtype must be f32, f64, f16 or bf16");
+  const auto parsed = dtype_from_name(args.value("dtype").empty() ? "f32" : args.value("dtype"));
+  if (!parsed || (*parsed != DType::kF32 && *parsed != DType::kF64 && *parsed != DType::kF16 && *parsed != DType::kBF16))
+    return usage_error("--dtype must be f32, f64, f16 or bf16");
+  const DType dt = *parsed;
   nlohmann::json extra = nlohmann::json::object();
   if (!args.value("args").empty()) {
     extra = nlohmann::json::parse(args.value("args"), nullptr, false);
