@@ -162,6 +162,9 @@ void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
     table.disable(key_, "record does not belong to this key or backend");
     return;
   }
+  if (!record_verified(r) && !State::get().config().serve_unverified)
+    return table.disable(key_, "the record was stored without verification; store it with `kernelcraft cache put "
+                               "--verify`, or set KERNELCRAFT_SERVE_UNVERIFIED=1 to serve it anyway");
   auto spec = parse_launch_spec(r.launch);
   if (!spec) return table.disable(key_, "launch spec: " + spec.status().to_string());
   Binding b = binding(eager_outs);

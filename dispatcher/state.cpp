@@ -130,7 +130,9 @@ Status State::configure(const nlohmann::json& j) {
     policy_.store(policy_literal(cfg_.policy));
     apply_switches();
     if (reopen && table_) {
-      // Old table stays allocated: calls in flight may still hold a reference to it.
+      // Old table stays allocated: calls in flight may still hold a reference to it. Its store
+      // thread stops; those calls see what it had loaded.
+      table_->retire();
       (void)table_.release();
     }
     ops = cfg_.ops;

@@ -16,6 +16,10 @@ os.environ.setdefault("KERNELCRAFT_CACHE_DIR", tempfile.mkdtemp(prefix="kc-quick
 # This demo stores a kernel by hand; background evolution of misses is shown by
 # examples/train_block.py and examples/prewarm.py.
 os.environ.setdefault("KERNELCRAFT_EVOLVE", "0")
+# put_kernel stores a kernel without running the verification gauntlet, and by default such records
+# are not served. This demo serves its hand-written relu anyway; a deployment stores kernels with
+# `kernelcraft cache put --verify` or lets evolution find them (both verify).
+os.environ.setdefault("KERNELCRAFT_SERVE_UNVERIFIED", "1")
 
 import torch  # noqa: E402
 

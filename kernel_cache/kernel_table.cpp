@@ -1,12 +1,128 @@
-// KernelTable: memory first, the store on first sight, a rate-limited catch-up for later writes.
+// KernelTable: memory first, the store on first sight, a rate-limited catch-up for later writes,
+// and the store's own thread for opening and catching up.
 #include "kernel_cache/kernel_table.h"
+
+#include <condition_variable>
+#include <exception>
 
 #include "runtime/log.h"
 
 namespace kc {
 
-KernelTable::KernelTable(std::string dir, bool readonly, int catch_up_ms)
-    : dir_(std::move(dir)), readonly_(readonly), catch_up_every_(catch_up_ms) {}
+// Opening a RocksDB database and catching up with its writers usually take a millisecond, but they
+// read files other processes write: a damaged MANIFEST spun RocksDB 7.8's secondary forever
+// (store.cpp screens for that one), and a slow or hung filesystem can stall any of it. The caller
+// is someone's training step, so the work happens here, and callers wait for it only so long.
+struct KernelTable::StoreThread {
+  std::mutex mu;                       // guards everything below but `gen`; never held across RocksDB
+  std::condition_variable cv;          // requests, completions and stop
+  std::shared_ptr<Store> store;        // null until an open succeeds
+  std::string state = "not opened";
+  uint64_t requested = 0, done = 0;
+  bool busy = false, stop = false, exited = false;
+  std::chrono::steady_clock::time_point busy_since{};
+  std::atomic<uint64_t> gen{1};        // bumped after every refresh: cached misses become stale
+
+  // The thread's loop. It owns nothing of the table, so a table may be destroyed while it is stuck.
+  static void run(const std::shared_ptr<StoreThread>& t, const StoreOpener& open, const std::string& dir) {
+    std::unique_lock<std::mutex> g(t->mu);
+    for (;;) {
+      t->cv.wait(g, [&] { return t->stop || t->requested > t->done; });
+      if (t->stop) break;
+      uint64_t target = t->requested;
+      t->busy = true;
+      t->busy_since = std::chrono::steady_clock::now();
+      std::shared_ptr<Store> store = t->store;
+      g.unlock();
+      std::shared_ptr<Store> opened;
+      std::string state;
+      try {   // an exception escaping a thread would terminate the user's process
+        if (store) {
+          store->catch_up().ignore();   // a failed catch-up keeps the older view, which is still valid
+        } else {
+          auto s = open();
+          if (s) {
+            opened = std::move(s.value());
+            state = "open";
+          } else if (s.status().code() == Code::kNotFound) {
+            state = "missing";
+          } else {
+            state = "unavailable: " + s.status().to_string();
+            log_once(LogLevel::kWarn, "store-open:" + dir,
+                     "cache at " + dir + " is unusable (" + s.status().to_string() + "); serving eager");
+          }
+        }
+      } catch (const std::exception& e) {
+        state = std::string("unavailable: ") + e.what();
+      } catch (...) {
+        state = "unavailable: unknown exception";
+      }
+      g.lock();
+      if (opened) t->store = std::move(opened);
+      if (!state.empty()) t->state = std::move(state);
+      t->busy = false;
+      t->done = target;
+      t->gen.fetch_add(1, std::memory_order_relaxed);
+      t->cv.notify_all();
+    }
+    t->exited = true;
+    t->cv.notify_all();
+  }
+};
+
+KernelTable::KernelTable(std::string dir, bool readonly, int catch_up_ms, int store_wait_ms, StoreOpener opener)
+    : dir_(std::move(dir)),
+      readonly_(readonly),
+      catch_up_every_(catch_up_ms),
+      store_wait_(std::max(0, store_wait_ms)),
+      store_(std::make_shared<StoreThread>()) {
+  if (!opener) {
+    opener = [dir = dir_, readonly] {
+      return Store::open(dir, readonly ? Store::Mode::kReadOnly : Store::Mode::kReader);
+    };
+  }
+  opener_ = std::move(opener);
+}
+
+KernelTable::~KernelTable() { retire(); }
+
+void KernelTable::retire() {
+  std::unique_lock<std::mutex> g(store_->mu);
+  store_->stop = true;
+  store_->cv.notify_all();
+  if (!thread_.joinable()) return;
+  // A thread stuck inside RocksDB cannot be interrupted; it keeps its shared state alive and is
+  // left behind rather than holding up whoever retires the table.
+  bool exited = store_->cv.wait_for(g, std::chrono::seconds(1), [&] { return store_->exited; });
+  g.unlock();
+  if (exited) thread_.join();
+  else thread_.detach();
+}
+
+void KernelTable::refresh() {
+  StoreThread& t = *store_;
+  std::unique_lock<std::mutex> g(t.mu);
+  if (t.stop) return;
+  if (!thread_.joinable()) {
+    try {
+      thread_ = std::thread(StoreThread::run, store_, opener_, dir_);
+    } catch (const std::exception& e) {   // std::system_error: no threads left in this process
+      t.state = std::string("unavailable: cannot start the store thread: ") + e.what();
+      log_once(LogLevel::kWarn, "store-thread:" + dir_, "cache at " + dir_ + ": " + t.state + "; serving eager");
+      t.stop = true;
+      return;
+    }
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (t.busy && now - t.busy_since >= store_wait_) return;   // still stuck on an earlier request
+  uint64_t target = ++t.requested;
+  t.cv.notify_all();
+  if (!t.cv.wait_for(g, store_wait_, [&] { return t.done >= target || t.stop; })) {
+    log_once(LogLevel::kWarn, "store-slow:" + dir_,
+             "cache at " + dir_ + " did not answer within " + std::to_string(store_wait_.count()) +
+                 " ms; serving what is loaded (and eager otherwise) until it does");
+  }
+}
 
 KernelTable::Lookup KernelTable::find(const std::string& key) {
   // Misses are where kernels written by other processes show up: look for them when one is due.
@@ -25,7 +141,7 @@ KernelTable::Lookup KernelTable::find(const std::string& key) {
         case Kind::kEagerBest: return {Kind::kEagerBest, nullptr, nullptr, false};
         default:
           // kMiss (or a kLoad someone else is doing): trust it until a catch-up may have changed it.
-          if ((e.gen == gen_.load(std::memory_order_relaxed) && !due()) || catch_up_every_.count() <= 0)
+          if ((e.gen == store_->gen.load(std::memory_order_relaxed) && !due()) || catch_up_every_.count() <= 0)
             return {e.kind == Kind::kLoad ? Kind::kDisabled : Kind::kMiss, nullptr, nullptr, false};
       }
     }
@@ -35,40 +151,30 @@ KernelTable::Lookup KernelTable::find(const std::string& key) {
 }
 
 void KernelTable::maybe_catch_up() {
-  std::unique_lock<std::mutex> g(store_mu_, std::try_to_lock);
-  if (!g.owns_lock()) return;   // someone else is doing it; never make a caller wait for the store
-  auto now = std::chrono::steady_clock::now();
-  if (tried_ && (catch_up_every_.count() <= 0 || now - last_try_ < catch_up_every_)) return;
-  tried_ = true;
-  last_try_ = now;
-  next_catch_up_.store((now + catch_up_every_).time_since_epoch().count(), std::memory_order_relaxed);
-  if (!store_) {
-    auto s = Store::open(dir_, readonly_ ? Store::Mode::kReadOnly : Store::Mode::kReader);
-    if (!s) {
-      if (s.status().code() == Code::kNotFound) {
-        store_state_ = "missing";
-      } else {
-        store_state_ = "unavailable: " + s.status().to_string();
-        log_once(LogLevel::kWarn, "store-open:" + dir_,
-                 "cache at " + dir_ + " is unusable (" + s.status().to_string() + "); serving eager");
-      }
-      return;
-    }
-    store_ = std::move(s.value());
-    store_state_ = "open";
-  } else {
-    store_->catch_up().ignore();   // a failed catch-up keeps the older view, which is still valid
+  {
+    std::unique_lock<std::mutex> g(due_mu_, std::try_to_lock);
+    if (!g.owns_lock()) return;   // someone else is asking; never make a caller wait for that
+    auto now = std::chrono::steady_clock::now();
+    if (tried_ && (catch_up_every_.count() <= 0 || now - last_try_ < catch_up_every_)) return;
+    tried_ = true;
+    last_try_ = now;
+    next_catch_up_.store((now + catch_up_every_).time_since_epoch().count(), std::memory_order_relaxed);
   }
-  gen_.fetch_add(1, std::memory_order_relaxed);
+  refresh();   // the first one opens the store
 }
 
 KernelTable::Lookup KernelTable::consult_store(const std::string& key) {
   Lookup out;
   Kind kind = Kind::kMiss;
+  std::shared_ptr<Store> store;
   {
-    std::lock_guard<std::mutex> g(store_mu_);
-    if (store_) {
-      auto bytes = store_->get(key);
+    std::lock_guard<std::mutex> g(store_->mu);
+    store = store_->store;
+  }
+  uint64_t gen = store_->gen.load();   // before the read: a refresh after it makes this entry stale
+  {
+    if (store) {
+      auto bytes = store->get(key);   // RocksDB reads are safe alongside the thread's catch-up
       if (bytes) {
         auto rec = decode_record(bytes.value());
         if (!rec) {
@@ -89,13 +195,13 @@ KernelTable::Lookup KernelTable::consult_store(const std::string& key) {
     }
   }
   std::unique_lock<std::shared_mutex> g(mu_);
-  auto [it, inserted] = entries_.try_emplace(key, Entry{kind, gen_.load(), nullptr});
+  auto [it, inserted] = entries_.try_emplace(key, Entry{kind, gen, nullptr});
   if (!inserted) {
     if (it->second.kind == Kind::kServe) return {Kind::kServe, it->second.kernel, nullptr, false};
     if (it->second.kind == Kind::kLoad) return {Kind::kDisabled, nullptr, nullptr, false};  // another thread loads
     out.first_miss = false;
     it->second.kind = kind;
-    it->second.gen = gen_.load();
+    it->second.gen = gen;
   } else {
     out.first_miss = (kind == Kind::kMiss);
   }
@@ -106,13 +212,13 @@ KernelTable::Lookup KernelTable::consult_store(const std::string& key) {
 void KernelTable::install(std::shared_ptr<LoadedKernel> k) {
   std::unique_lock<std::shared_mutex> g(mu_);
   std::string key = k->key;
-  entries_[key] = Entry{Kind::kServe, gen_.load(), std::move(k)};
+  entries_[key] = Entry{Kind::kServe, store_->gen.load(), std::move(k)};
 }
 
 void KernelTable::disable(const std::string& key, const std::string& why) {
   {
     std::unique_lock<std::shared_mutex> g(mu_);
-    entries_[key] = Entry{Kind::kDisabled, gen_.load(), nullptr};
+    entries_[key] = Entry{Kind::kDisabled, store_->gen.load(), nullptr};
   }
   log_once(LogLevel::kWarn, "disabled:" + key, "kernel disabled, serving eager (" + why + ") for key " + key);
 }
@@ -122,7 +228,7 @@ void KernelTable::forget(const std::string& key) {
     std::unique_lock<std::shared_mutex> g(mu_);
     entries_.erase(key);
   }
-  std::lock_guard<std::mutex> g(store_mu_);
+  std::lock_guard<std::mutex> g(due_mu_);
   tried_ = false;   // the next lookup catches up with writers at once
   next_catch_up_.store(0);
 }
@@ -132,14 +238,14 @@ void KernelTable::forget_all() {
     std::unique_lock<std::shared_mutex> g(mu_);
     entries_.clear();
   }
-  std::lock_guard<std::mutex> g(store_mu_);
+  std::lock_guard<std::mutex> g(due_mu_);
   tried_ = false;
   next_catch_up_.store(0);
 }
 
 std::string KernelTable::store_state() const {
-  std::lock_guard<std::mutex> g(store_mu_);
-  return store_state_;
+  std::lock_guard<std::mutex> g(store_->mu);
+  return store_->state;
 }
 
 size_t KernelTable::loaded_count() const {

@@ -1,13 +1,17 @@
 // The in-memory table in front of the store: key -> loaded kernel, "absent", "eager is best" or
 // "disabled". The hot path is one shared-lock hash lookup; the store is consulted on first sight
-// of a key and again only after a catch-up with writers (at most every catch_up_ms).
+// of a key and again only after a catch-up with writers (at most every catch_up_ms). Opening the
+// store and catching up run on a thread of the table's own; a caller waits for them at most
+// `store_wait_ms` and otherwise carries on with what the table already has.
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -37,8 +41,15 @@ class KernelTable {
     bool first_miss = false;                      // kMiss: first time this key missed here
   };
 
+  // Opens the store (called on the table's store thread); tests substitute a slow or failing one.
+  using StoreOpener = std::function<Result<std::unique_ptr<Store>>()>;
+
   // dir: cache directory; readonly: open with OpenForReadOnly instead of as a secondary.
-  KernelTable(std::string dir, bool readonly, int catch_up_ms);
+  KernelTable(std::string dir, bool readonly, int catch_up_ms, int store_wait_ms = 2000,
+              StoreOpener opener = {});
+  ~KernelTable();
+  KernelTable(const KernelTable&) = delete;
+  KernelTable& operator=(const KernelTable&) = delete;
 
   Lookup find(const std::string& key);
   void install(std::shared_ptr<LoadedKernel> k);
@@ -48,8 +59,11 @@ class KernelTable {
   void forget(const std::string& key);
   void forget_all();
 
-  // "open", "missing", "unavailable: <why>" (for status()).
+  // "not opened", "open", "missing", "unavailable: <why>" (for status()).
   std::string store_state() const;
+  // Stops the store thread (waiting for it at most a second); lookups after this never refresh.
+  // For a table that is being replaced but may still be in use by calls in flight.
+  void retire();
   const std::string& dir() const { return dir_; }
   size_t loaded_count() const;
 
@@ -59,22 +73,26 @@ class KernelTable {
     uint64_t gen;
     std::shared_ptr<LoadedKernel> kernel;
   };
+  struct StoreThread;   // kernel_table.cpp; shared with the thread so that it may outlive the table
   Lookup consult_store(const std::string& key);
   void maybe_catch_up();
+  void refresh();        // asks the store thread to open or catch up; waits at most store_wait_
 
   std::string dir_;
   bool readonly_;
   std::chrono::milliseconds catch_up_every_;
+  std::chrono::milliseconds store_wait_;
   mutable std::shared_mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
-  std::atomic<uint64_t> gen_{1};
   std::atomic<int64_t> next_catch_up_{0};   // steady_clock ticks; 0: due now
 
-  mutable std::mutex store_mu_;        // guards store_, store_state_, last_try_
-  std::unique_ptr<Store> store_;
-  std::string store_state_ = "not opened";
+  std::mutex due_mu_;                  // guards last_try_ and tried_ (held only to read the clock)
   std::chrono::steady_clock::time_point last_try_{};
   bool tried_ = false;
+
+  std::shared_ptr<StoreThread> store_;
+  StoreOpener opener_;
+  std::thread thread_;                 // started by the first refresh; guarded by store_->mu
 };
 
 }  // namespace kc

@@ -108,6 +108,13 @@ Result<Record> decode_record(const std::string& bytes) {
   }
 }
 
+bool record_verified(const Record& r) {
+  auto p = r.meta.find("provenance");
+  if (p == r.meta.end() || !p->is_object()) return false;
+  auto v = p->find("verified");
+  return v != p->end() && v->is_boolean() && v->get<bool>();
+}
+
 json record_summary(const Record& r) {
   json j = fields_without_blob(r);
   j["blob"] = {{"bytes", r.blob.size()}, {"fnv1a64", fnv1a64_hex(r.blob)}};

@@ -35,6 +35,9 @@ struct Record {
 std::string encode_record(const Record& r);
 // kCorrupt for bytes that do not decode or miss fields; kUnsupported for another format version.
 Result<Record> decode_record(const std::string& bytes);
+// True when the record passed the verification gauntlet (meta.provenance.verified): evolved records
+// and `cache put --verify`; false for hand-stored ones and records without provenance.
+bool record_verified(const Record& r);
 // The record as JSON for display: blob replaced by {"bytes": n, "fnv1a64": "..."}.
 nlohmann::json record_summary(const Record& r);
 

@@ -17,6 +17,8 @@ const std::vector<ConfigField>& config_fields() {
       {"ops", "KERNELCRAFT_OPS", "intercepted ops: default | all | none | list, e.g. \"-gelu\" or \"relu,softmax\""},
       {"cache_dir", "KERNELCRAFT_CACHE_DIR", "cache directory (default ~/.cache/kernelcraft)"},
       {"cache_readonly", "KERNELCRAFT_CACHE_READONLY", "serve a shipped cache without ever writing it"},
+      {"serve_unverified", "KERNELCRAFT_SERVE_UNVERIFIED",
+       "also serve kernels stored by hand without verification (cache put, put_kernel)"},
       {"miss_log", "KERNELCRAFT_MISS_LOG", "file to which each newly missed key is appended (pre-warming)"},
       {"cxx", "KERNELCRAFT_CXX", "host C++ compiler for CPU kernels"},
       {"nvrtc", "KERNELCRAFT_NVRTC", "path of libnvrtc to load before the usual search"},
@@ -115,6 +117,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       } else if (k == "cache_dir") n.cache_dir = v.get<std::string>();
       else if (k == "cache_readonly") n.cache_readonly = v.get<bool>();
       else if (k == "miss_log") n.miss_log = v.get<std::string>();
+      else if (k == "serve_unverified") n.serve_unverified = v.get<bool>();
       else if (k == "cxx") n.cxx = v.get<std::string>();
       else if (k == "nvrtc") n.nvrtc_path = v.get<std::string>();
       else if (k == "precision") {
@@ -146,7 +149,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
 
 nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
-          {"cache_readonly", c.cache_readonly}, {"miss_log", c.miss_log}, {"cxx", c.cxx},
+          {"cache_readonly", c.cache_readonly}, {"miss_log", c.miss_log}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
           {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
@@ -183,6 +186,7 @@ Config load_config() {
   if (const char* v = env("KERNELCRAFT_CACHE_DIR")) c.cache_dir = v;
   if (const char* v = env("KERNELCRAFT_CACHE_READONLY")) c.cache_readonly = truthy(v);
   if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
+  if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
   if (const char* v = env("KERNELCRAFT_CXX")) c.cxx = v;
   if (const char* v = env("KERNELCRAFT_NVRTC")) c.nvrtc_path = v;
   if (const char* v = env("KERNELCRAFT_PRECISION")) {

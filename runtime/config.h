@@ -23,6 +23,8 @@ struct Config {
   int catch_up_ms = 500;               // KERNELCRAFT_CATCH_UP_MS / "catch_up_ms": how often a serving
                                        // process looks for kernels written by others (0: never)
   std::string log_level = "warn";      // KERNELCRAFT_LOG_LEVEL / "log_level"
+  bool serve_unverified = false;       // KERNELCRAFT_SERVE_UNVERIFIED / "serve_unverified": also serve
+                                       // records stored by hand without the gauntlet (cache put)
   // Background evolution (the worker process; evolve/worker.h).
   bool evolve = true;                  // KERNELCRAFT_EVOLVE / "evolve": submit misses to the worker
   std::string worker;                  // KERNELCRAFT_WORKER / "worker": the kernelcraft executable

@@ -154,6 +154,18 @@ expect 2 verify --backend cpu --op relu --shape 300x7 --source "$WORK/missing.cp
 expect 2 verify --backend cpu --op nosuchop --shape 3 --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"
 expect 2 verify --backend cpu --op relu --shape 3xq --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"
 
+# ---- cache put --verify: stored only if the gauntlet passes, and then marked verified
+VCACHE="$WORK/vcache"
+VKEY="kc1|$TARGET|aten::relu|fp32|self=T:f32[300,7]s[7,1]a16"
+expect 1 --cache-dir "$VCACHE" cache put --verify --key "$VKEY" --source "$WORK/leaky.cpp" --launch "$KDIR/relu_cpu.json"
+grep -q "REJECTED at numerics" "$OUT" || fail "put --verify did not say where it rejected: $(head -c 300 "$OUT")"
+[ -e "$VCACHE/CURRENT" ] && fail "put --verify stored a rejected kernel"
+expect 0 --cache-dir "$VCACHE" --json cache put --verify --key "$VKEY" --source "$KDIR/relu_cpu.cpp" --launch "$KDIR/relu_cpu.json"
+jcheck 'j["verified"] is True and j["key"] == "'"$VKEY"'"'
+expect 0 --cache-dir "$VCACHE" cache show "$VKEY" --json
+jcheck 'j["meta"]["provenance"]["verified"] is True and j["meta"]["provenance"]["by"] == "kernelcraft cache put --verify"'
+jcheck '[s["name"] for s in j["meta"]["verification"]["stages"]][-1] == "sanitizer" and j["meta"]["verification"]["eager_median_ms"] > 0'
+
 if [ "$FAILS" != 0 ]; then
   echo "test_cli.sh: $FAILS failure(s)" >&2
   exit 1

@@ -23,6 +23,9 @@ os.environ.setdefault("KERNELCRAFT_CATCH_UP_MS", "50")
 # Background evolution is off for the serving tests (their misses would start workers that compete
 # for the CI machine's two cores); test_evolution.py turns it on for its own child processes.
 os.environ.setdefault("KERNELCRAFT_EVOLVE", "0")
+# The serving tests store hand-written kernels with put_kernel (unverified); test_serving.py checks
+# that they are left alone when this is off, which is the default outside the tests.
+os.environ.setdefault("KERNELCRAFT_SERVE_UNVERIFIED", "1")
 
 import torch  # noqa: E402
 

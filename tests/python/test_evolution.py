@@ -32,6 +32,8 @@ def evolve_env(cache, **extra):
         "KERNELCRAFT_WORKER_IDLE_S": "3",
         "KERNELCRAFT_CATCH_UP_MS": "50",
         "KERNELCRAFT_OPS": "relu",
+        # Evolved records carry the gauntlet's verdict; they must be served under the default policy.
+        "KERNELCRAFT_SERVE_UNVERIFIED": "0",
     }
     env.update({k: str(v) for k, v in extra.items()})
     return env

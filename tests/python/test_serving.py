@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from conftest import kc, kernel_source, status
+from conftest import kc, kernel_source, run_python, status
 
 
 def relu_key(x):
@@ -47,8 +47,8 @@ def test_inserted_kernel_is_served_for_its_key_only(fresh_cache):
 
 def test_served_result_is_the_kernels(fresh_cache):
     """Proof that the served path runs the stored kernel and not eager: a deliberately different
-    kernel (relu6-like clamp) is put under a relu key; the library serves what the cache holds
-    (verification is the evolution path's job, not the serving path's)."""
+    kernel (relu6-like clamp) is put under a relu key; with serve_unverified on (as in these tests)
+    the library serves what the cache holds."""
     x = torch.linspace(-10, 10, 4096)
     key = relu_key(x)
     src = kernel_source("relu_cpu.cpp").replace("? v : 0.0f", "? (v > 6.0f ? 6.0f : v) : 0.0f")
@@ -60,6 +60,31 @@ def test_served_result_is_the_kernels(fresh_cache):
     kc.disable(["relu"])
     assert torch.relu(x).max().item() == 10.0
     kc.enable(["relu"])
+
+
+def test_unverified_records_are_not_served_by_default(fresh_cache, capfd):
+    """put_kernel skips the gauntlet. With serve_unverified off (the default; these tests turn it on
+    for the serving mechanics) the wrong relu6-like kernel below is never launched: eager answers,
+    and one line says why and what to do."""
+    kc.configure(json.dumps({"serve_unverified": False}))
+    try:
+        x = torch.linspace(-10, 10, 4099)   # a key no other test in this process has missed
+        key = relu_key(x)
+        src = kernel_source("relu_cpu.cpp").replace("? v : 0.0f", "? (v > 6.0f ? 6.0f : v) : 0.0f")
+        kc.put_kernel(key, src, kernel_source("relu_cpu.json"))
+        kc.reset_counters()
+        for _ in range(3):
+            assert torch.relu(x).max().item() == 10.0
+        assert status()["ops"]["relu"]["hits"] == 0
+        err = capfd.readouterr().err
+        assert err.count("stored without verification") == 1, err
+        assert "cache put --verify" in err
+    finally:
+        kc.configure(json.dumps({"serve_unverified": True}))
+    # The default really is off.
+    r = run_python("torch.ops.load_library(LIB); print(json.loads(torch.ops.kernelcraft.config())['serve_unverified'])",
+                   env={"KERNELCRAFT_SERVE_UNVERIFIED": ""})
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 
 
 def test_broken_record_falls_back_with_one_line(fresh_cache, capfd):

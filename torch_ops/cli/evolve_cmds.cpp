@@ -189,27 +189,17 @@ int run_search_state_cmd(const Args& args) {
   return kExitOk;
 }
 
-int run_verify_cmd(const Args& args) {
-  evolve::EvolveOptions o;
-  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
-  std::string source, launch_text;
-  if (args.value("source").empty() || args.value("launch").empty()) return usage_error("verify needs --source and --launch");
-  bool ok_source = false, ok_launch = false;
-  source = read_file(args.value("source"), &ok_source);
-  launch_text = read_file(args.value("launch"), &ok_launch);
-  if (!ok_source) return usage_error("cannot read " + args.value("source"));
-  if (!ok_launch) return usage_error("cannot read " + args.value("launch"));
-  nlohmann::json launch = nlohmann::json::parse(launch_text, nullptr, false);
-  if (launch.is_discarded()) return usage_error(args.value("launch") + " is not valid JSON");
-  std::vector<evolve::OpCall> calls;
-  if (int rc = calls_from_args(args, calls, false); rc != kExitOk) return rc;
+namespace {
+
+// The gauntlet for each call, failing fast across calls: {"verified", "stage", "calls": [verdicts
+// with "shape"], and for a rejection the rejecting stage's "summary" and "evidence"}.
+Result<nlohmann::json> verify_calls(const Args& args, const evolve::EvolveOptions& o,
+                                    const std::vector<evolve::OpCall>& calls, const std::string& source,
+                                    const nlohmann::json& launch) {
   nlohmann::json out = {{"verified", true}, {"stage", ""}, {"calls", nlohmann::json::array()}};
   for (const auto& c : calls) {
     auto v = evolve::verify_kernel(evolve::to_json(c), source, launch, device_of(args), o);
-    if (!v) {
-      if (args.json) print_json({{"verified", false}, {"stage", "infrastructure"}, {"error", v.status().to_string()}}, true);
-      return fail("verify could not run: " + v.status().to_string()) + 1;   // 2: not the kernel's fault
-    }
+    if (!v) return v.status();
     nlohmann::json r = v.value();
     std::string shape;
     for (auto s : c.inputs.front().sizes) shape += (shape.empty() ? "" : "x") + std::to_string(s);
@@ -224,9 +214,14 @@ int run_verify_cmd(const Args& args) {
           out["summary"] = s.value("summary", "");
           out["evidence"] = s.value("evidence", nlohmann::json::object());
         }
-      break;   // fail fast across shapes too
+      break;
     }
   }
+  return out;
+}
+
+// Prints verify's result (JSON or the stage table) and returns its exit code.
+int report_verdict(const Args& args, const nlohmann::json& out) {
   if (args.json) {
     print_json(out, true);
   } else {
@@ -248,6 +243,44 @@ int run_verify_cmd(const Args& args) {
   if (out["verified"].get<bool>()) return kExitOk;
   // The one stderr line every failing command gives; the details are on stdout.
   return fail("rejected at " + out.value("stage", std::string("?")) + ": " + out.value("summary", std::string()));
+}
+
+int infrastructure_error(const Args& args, const Status& s) {
+  if (args.json) print_json({{"verified", false}, {"stage", "infrastructure"}, {"error", s.to_string()}}, true);
+  return fail("verify could not run: " + s.to_string()) + 1;   // 2: not the kernel's fault
+}
+
+}  // namespace
+
+int run_verify_cmd(const Args& args) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  if (args.value("source").empty() || args.value("launch").empty()) return usage_error("verify needs --source and --launch");
+  bool ok_source = false, ok_launch = false;
+  std::string source = read_file(args.value("source"), &ok_source);
+  std::string launch_text = read_file(args.value("launch"), &ok_launch);
+  if (!ok_source) return usage_error("cannot read " + args.value("source"));
+  if (!ok_launch) return usage_error("cannot read " + args.value("launch"));
+  nlohmann::json launch = nlohmann::json::parse(launch_text, nullptr, false);
+  if (launch.is_discarded()) return usage_error(args.value("launch") + " is not valid JSON");
+  std::vector<evolve::OpCall> calls;
+  if (int rc = calls_from_args(args, calls, false); rc != kExitOk) return rc;
+  auto out = verify_calls(args, o, calls, source, launch);
+  if (!out) return infrastructure_error(args, out.status());
+  return report_verdict(args, out.value());
+}
+
+int verify_for_put(const Args& args, const std::string& key, const std::string& source,
+                   const nlohmann::json& launch, nlohmann::json& verdict) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  auto call = evolve::call_from_key(key);
+  if (!call) return usage_error("cannot verify for this key: " + call.status().message());
+  auto out = verify_calls(args, o, {call.value()}, source, launch);
+  if (!out) return infrastructure_error(args, out.status());
+  verdict = out.value();
+  if (verdict.value("verified", false)) return kExitOk;
+  return report_verdict(args, verdict);
 }
 
 }  // namespace kc::cli

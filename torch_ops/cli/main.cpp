@@ -26,9 +26,11 @@ const char kUsage[] =
     "  cache export FILE [--op OP] [--match TEXT]\n"
     "                                       write matching records to a bundle file\n"
     "  cache import FILE [--no-overwrite]   store a bundle's valid records\n"
-    "  cache put --key KEY --source FILE --launch SPEC.json\n"
+    "  cache put --key KEY --source FILE --launch SPEC.json [--verify] [--device N]\n"
     "                                       compile FILE for KEY's target (cpu-..., or\n"
-    "                                       cuda-sm_XX... with NVRTC) and store it as served\n"
+    "                                       cuda-sm_XX... with NVRTC) and store it as served;\n"
+    "                                       --verify: only if it passes the gauntlet (otherwise\n"
+    "                                       it is served only with serve_unverified)\n"
     "\n"
     "  evolve (--keys FILE | --key KEY | --op OP --shape AxB[;CxD]) [--device N] [--backend cuda|cpu]\n"
     "         [--dtype f32] [--args JSON] [--mu N] [--lambda N] [--generations N] [--budget-s S]\n"
@@ -50,7 +52,7 @@ const std::set<std::string> kValueOptions = {"cache-dir", "op", "match", "key", 
                                              "shape", "dtype", "args", "backend", "device", "precision",
                                              "mu", "lambda", "generations", "budget-s", "gpu-share", "jobs",
                                              "idle-s"};
-const std::set<std::string> kSwitches = {"json", "help", "no-overwrite"};
+const std::set<std::string> kSwitches = {"json", "help", "no-overwrite", "verify"};
 
 // Fills `out` from argv; returns kExitOk or a usage error (already printed).
 int parse(int argc, char** argv, Args& out) {
@@ -145,7 +147,7 @@ int check_options(const Args& args) {
       {"stats", {}},
       {"export", {"op", "match"}},
       {"import", {"no-overwrite"}},
-      {"put", {"key", "source", "launch"}},
+      {"put", {"key", "source", "launch", "verify", "device"}},
       {"worker", {"jobs", "idle-s", "gpu-share"}},
       {"search-state", {}},
       {"evolve", {"keys", "key", "op", "shape", "dtype", "args", "backend", "device", "precision", "mu", "lambda",

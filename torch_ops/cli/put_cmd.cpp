@@ -1,15 +1,16 @@
 // `kernelcraft cache put`: compile a kernel for its key's target and store it as a served record.
-// The record is marked unverified in its provenance: put is for hand-written and shipped kernels,
-// the gauntlet (evolve/) is what verifies.
+// Without --verify the record is marked unverified in its provenance, and serving processes leave
+// it alone unless serve_unverified is set; with --verify it goes through the same gauntlet as an
+// evolved kernel first and is stored only if it passes, with the verdict in its meta.
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "kernel_cache/key.h"
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
 #include "kernel_cache/store.h"
+#include "runtime/fsutil.h"
 #include "runtime/launch_spec.h"
 #include "torch_ops/cli/cli.h"
 
@@ -17,14 +18,6 @@ namespace kc::cli {
 namespace {
 
 using nlohmann::json;
-
-Result<std::string> read_text(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::error(Code::kNotFound, std::string("cannot read ") + what + " file " + path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // The first line of a compiler message that names an error, so a failure fits on one line.
 std::string first_error_line(const std::string& msg) {
@@ -69,31 +62,43 @@ int run_cache_put(const Args& args) {
   auto target = parse_target(key_target(key));
   if (!target) return usage_error(target.status().message());
 
-  auto source = read_text(source_path, "source");
-  if (!source) return fail(source.status().message());
-  auto spec_text = read_text(launch_path, "launch spec");
-  if (!spec_text) return fail(spec_text.status().message());
-  json spec_json = json::parse(spec_text.value(), nullptr, /*allow_exceptions=*/false);
+  bool ok = false;
+  std::string source = read_file(source_path, &ok);
+  if (!ok) return fail("cannot read source file " + source_path);
+  std::string spec_text = read_file(launch_path, &ok);
+  if (!ok) return fail("cannot read launch spec file " + launch_path);
+  json spec_json = json::parse(spec_text, nullptr, /*allow_exceptions=*/false);
   if (spec_json.is_discarded()) return fail(launch_path + " is not valid JSON");
   auto spec = parse_launch_spec(spec_json);
   if (!spec) return fail(launch_path + ": " + spec.status().message());
 
   // One implementation of "compile for the key's target and build the record" (kernel_cache/manual.h),
   // shared with torch.ops.kernelcraft.put_kernel.
-  auto rec = make_manual_record(key, source.value(), spec_json, "kernelcraft cache put");
+  const bool verify = args.flag("verify");
+  auto rec = make_manual_record(key, source, spec_json, verify ? "kernelcraft cache put --verify" : "kernelcraft cache put");
   if (!rec) {
     if (args.json) print_json({{"error", rec.status().to_string()}}, true);
     return fail("compile failed for " + target->backend + ": " + first_error_line(rec.status().message()));
   }
-  const Record& r = rec.value();
+  Record& r = rec.value();
+  if (verify) {
+    json verdict;
+    if (int rc = verify_for_put(args, key, source, spec_json, verdict); rc != kExitOk) return rc;   // nothing stored
+    r.meta["provenance"]["verified"] = true;
+    // The evidence an evolved record keeps: every stage's outcome and the timings against eager.
+    const json& call = verdict["calls"].at(0);
+    r.meta["verification"] = {{"stages", call.value("stages", json::array())},
+                              {"median_ms", call.value("median_ms", 0.0)},
+                              {"eager_median_ms", call.value("eager_median_ms", 0.0)}};
+  }
   if (Status s = put_record(args.cache_dir, r, 10000); !s) return fail(s.message());
   const double compile_ms = r.meta["compile"].value("ms", 0.0);
   if (args.json) {
     print_json({{"key", key}, {"backend", r.backend}, {"blob_bytes", r.blob.size()},
-                {"compile_ms", compile_ms}}, true);
+                {"compile_ms", compile_ms}, {"verified", verify}}, true);
   } else {
-    std::printf("stored %s (%s, %zu-byte binary, compiled in %.0f ms)\n", key.c_str(), r.backend.c_str(),
-                r.blob.size(), compile_ms);
+    std::printf("stored %s (%s, %zu-byte binary, compiled in %.0f ms, %s)\n", key.c_str(), r.backend.c_str(),
+                r.blob.size(), compile_ms, verify ? "verified" : "not verified: served only with serve_unverified");
   }
   return kExitOk;
 }

@@ -1,0 +1,170 @@
+// KernelTable: what the store holds becomes lookups, later writes show up after a catch-up, and a
+// store that hangs or is damaged never holds a caller beyond the table's wait.
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "kernel_cache/kernel_table.h"
+#include "kernel_cache/record.h"
+#include "kernel_cache/store.h"
+#include "tests/unit/test_util.h"
+
+namespace kc {
+namespace {
+
+using Kind = KernelTable::Kind;
+using test::TempDir;
+using Clock = std::chrono::steady_clock;
+
+long long ms_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+void put_record(const std::string& dir, const std::string& key, const std::string& state) {
+  Record r;
+  r.key = key;
+  r.op = "aten::relu";
+  r.backend = "cpu";
+  r.state = state;
+  if (state == "served") r.blob = "not really a shared object";
+  auto w = Store::open(dir, Store::Mode::kWriter);
+  ASSERT_TRUE(w) << w.status().to_string();
+  ASSERT_TRUE(w.value()->put(key, encode_record(r)).is_ok());
+}
+
+// Polls find(key) until it reports `want` (catch-ups are rate-limited, so this takes a few rounds).
+bool eventually(KernelTable& t, const std::string& key, Kind want, int timeout_ms = 5000) {
+  auto start = Clock::now();
+  while (ms_since(start) < timeout_ms) {
+    if (t.find(key).kind == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// An opener that blocks until released, then opens `dir` for real.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    std::lock_guard<std::mutex> g(mu);
+    open = true;
+    cv.notify_all();
+  }
+  KernelTable::StoreOpener opener(const std::string& dir) {
+    return [this, dir]() -> Result<std::unique_ptr<Store>> {
+      std::unique_lock<std::mutex> g(mu);
+      cv.wait(g, [&] { return open; });
+      return Store::open(dir, Store::Mode::kReader);
+    };
+  }
+};
+
+TEST(KernelTable, LookupsFollowTheStoredRecords) {
+  TempDir d;
+  put_record(d.path, "kc1|k-served", "served");
+  put_record(d.path, "kc1|k-eager", "eager_best");
+  put_record(d.path, "kc1|k-disabled", "disabled");
+  KernelTable t(d.path, false, 20);
+  auto served = t.find("kc1|k-served");
+  ASSERT_EQ(served.kind, Kind::kLoad);
+  ASSERT_TRUE(served.record);
+  EXPECT_EQ(served.record->key, "kc1|k-served");
+  EXPECT_EQ(t.find("kc1|k-eager").kind, Kind::kEagerBest);
+  EXPECT_EQ(t.find("kc1|k-disabled").kind, Kind::kDisabled);
+  auto miss = t.find("kc1|k-absent");
+  EXPECT_EQ(miss.kind, Kind::kMiss);
+  EXPECT_TRUE(miss.first_miss);
+  auto again = t.find("kc1|k-absent");
+  EXPECT_EQ(again.kind, Kind::kMiss);
+  EXPECT_FALSE(again.first_miss) << "only the first miss of a key may start an evolution";
+  EXPECT_EQ(t.store_state(), "open");
+}
+
+TEST(KernelTable, LaterWritesShowUpAfterACatchUp) {
+  TempDir d;
+  put_record(d.path, "kc1|other", "eager_best");
+  KernelTable t(d.path, false, 20);
+  EXPECT_EQ(t.find("kc1|late").kind, Kind::kMiss);
+  put_record(d.path, "kc1|late", "served");
+  EXPECT_TRUE(eventually(t, "kc1|late", Kind::kLoad));
+}
+
+TEST(KernelTable, AMissingCacheIsOpenedOnceAWriterCreatesIt) {
+  TempDir d;
+  std::string dir = d.path + "/not-yet";
+  KernelTable t(dir, false, 20);
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
+  EXPECT_EQ(t.store_state(), "missing");
+  put_record(dir, "kc1|k", "served");
+  EXPECT_TRUE(eventually(t, "kc1|k", Kind::kLoad));
+  EXPECT_EQ(t.store_state(), "open");
+}
+
+TEST(KernelTable, ADamagedCacheIsUnavailableAndEverythingMisses) {
+  TempDir d;
+  std::ofstream(d.path + "/CURRENT") << "MANIFEST-000009\n";
+  std::ofstream(d.path + "/MANIFEST-000009") << "this is not what RocksDB wrote\n\x01\x02garbage";
+  KernelTable t(d.path, false, 20);
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
+  EXPECT_EQ(t.store_state().rfind("unavailable: ", 0), 0u) << t.store_state();
+}
+
+TEST(KernelTable, AHungStoreHoldsACallerAtMostTheWait) {
+  TempDir d;
+  put_record(d.path, "kc1|k", "served");
+  Gate gate;
+  KernelTable t(d.path, false, 10, /*store_wait_ms=*/100, gate.opener(d.path));
+  auto start = Clock::now();
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss) << "nothing can be known before the store opens";
+  long long first = ms_since(start);
+  EXPECT_GE(first, 90);
+  EXPECT_LT(first, 2000);
+  EXPECT_EQ(t.store_state(), "not opened");
+  // While the open is still stuck, later callers do not wait again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  start = Clock::now();
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
+  EXPECT_LT(ms_since(start), 50);
+  // Once the store answers, the key is found.
+  gate.release();
+  EXPECT_TRUE(eventually(t, "kc1|k", Kind::kLoad));
+  EXPECT_EQ(t.store_state(), "open");
+}
+
+TEST(KernelTable, AStuckStoreThreadDoesNotHoldUpTheTablesEnd) {
+  TempDir d;
+  auto gate = std::make_shared<Gate>();
+  {
+    KernelTable t(d.path, false, 10, 50, gate->opener(d.path));
+    EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
+    auto start = Clock::now();
+    t.retire();
+    EXPECT_LT(ms_since(start), 1500) << "retire waits about a second for a stuck thread, then leaves it";
+    start = Clock::now();
+    EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
+    EXPECT_LT(ms_since(start), 50) << "a retired table never waits for its store";
+  }
+  gate->release();   // the left-behind thread finishes; its shared state keeps the gate's opener valid
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+TEST(KernelTable, ForgetMakesTheNextLookupCatchUpAtOnce) {
+  TempDir d;
+  put_record(d.path, "kc1|other", "eager_best");
+  KernelTable t(d.path, false, 60 * 60 * 1000);   // catch-ups only when asked for
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
+  put_record(d.path, "kc1|k", "served");
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss) << "no catch-up is due yet";
+  t.forget("kc1|k");
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kLoad);
+}
+
+}  // namespace
+}  // namespace kc
