@@ -53,7 +53,8 @@ nlohmann::json to_json(const SearchState& s) {
   for (const auto& e : s.tried) tried.push_back(to_json(e));
   return {{"key", s.key}, {"generation", s.generation}, {"stale", s.stale}, {"best_ms", s.best_ms},
           {"elapsed_s", s.elapsed_s}, {"finished", s.finished}, {"finish_reason", s.finish_reason},
-          {"tried", tried}, {"pending", s.pending}};
+          {"tried", tried}, {"pending", s.pending}, {"proposals", s.proposals},
+          {"llm_generation", s.llm_generation}};
 }
 
 SearchState search_state_from(const nlohmann::json& j) {
@@ -69,6 +70,9 @@ SearchState search_state_from(const nlohmann::json& j) {
     for (const auto& e : j["tried"]) s.tried.push_back(evaluation_from(e));
   if (j.contains("pending"))
     for (const auto& p : j["pending"]) s.pending.push_back(p);
+  if (j.contains("proposals") && j["proposals"].is_array())
+    for (const auto& p : j["proposals"]) s.proposals.push_back(p);
+  s.llm_generation = j.value("llm_generation", -1);
   return s;
 }
 
@@ -83,6 +87,20 @@ Search::Search(OpCall call, SearchOptions opt, SearchState resumed)
 }
 
 Result<Candidate> Search::render(const std::string& family, const Knobs& k) const {
+  if (family == "llm") {
+    auto n = k.find("n");
+    if (n == k.end() || n->second < 0 || n->second >= static_cast<int64_t>(st_.proposals.size()))
+      return Status::error(Code::kNotFound, "no such LLM proposal");
+    const nlohmann::json& p = st_.proposals[static_cast<size_t>(n->second)];
+    Candidate c;
+    c.family = "llm";
+    c.knobs = {{"n", n->second}};
+    c.source = p.value("source", "");
+    c.launch = p.value("launch", nlohmann::json::object());
+    c.parents = p.value("parents", std::vector<std::string>{});
+    c.origin = "llm";
+    return c;
+  }
   for (const Template* t : templates_)
     if (family == t->name()) return t->render(call_, k);
   return Status::error(Code::kNotFound, "no template " + family + " for this call");
@@ -212,6 +230,20 @@ std::vector<Candidate> Search::next_batch() {
     st_.finish_reason = "search space exhausted";
   }
   return out;
+}
+
+Result<Candidate> Search::add_proposal(const std::string& source, const nlohmann::json& launch,
+                                       const std::vector<std::string>& parents) {
+  for (const auto& p : st_.proposals)
+    if (p.value("source", "") == source && p.value("launch", nlohmann::json()) == launch)
+      return Status::error(Code::kInvalid, "the LLM proposed a kernel it had proposed before");
+  st_.proposals.push_back({{"source", source}, {"launch", launch}, {"parents", parents}});
+  auto c = render("llm", {{"n", static_cast<int64_t>(st_.proposals.size() - 1)}});
+  if (!c) return c.status();
+  st_.pending.push_back({{"id", c.value().id()}, {"family", "llm"}, {"knobs", c.value().knobs},
+                         {"parents", parents}, {"origin", "llm"}});
+  seen_.insert(c.value().id());
+  return c;
 }
 
 void Search::report(const Evaluation& e) {

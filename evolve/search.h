@@ -54,6 +54,10 @@ struct SearchState {
   std::string finish_reason;
   std::vector<Evaluation> tried;  // every candidate, in order
   std::vector<nlohmann::json> pending;   // rendered but not yet evaluated: {family, knobs, parents, origin}
+  // Kernels from the LLM proposer, family "llm" with knob n = index here: {source, launch, parents}.
+  // Unlike templates they cannot be rendered again, so the search state keeps their text.
+  std::vector<nlohmann::json> proposals;
+  int llm_generation = -1;        // the last generation the LLM was asked in
 };
 nlohmann::json to_json(const SearchState& s);
 SearchState search_state_from(const nlohmann::json& j);
@@ -73,6 +77,13 @@ class Search {
   std::vector<const Evaluation*> ranked() const;
   // Renders a tried or pending candidate again (sources are deterministic in family + knobs).
   Result<Candidate> render(const std::string& family, const Knobs& k) const;
+  // The LLM proposer: asked once per generation from the second on (so that it is shown the best
+  // template kernel), its kernel joins the current batch as a pending candidate. kInvalid for a
+  // source it already proposed.
+  bool llm_due() const { return st_.generation >= 1 && st_.llm_generation < st_.generation; }
+  void llm_asked() { st_.llm_generation = st_.generation; }
+  Result<Candidate> add_proposal(const std::string& source, const nlohmann::json& launch,
+                                 const std::vector<std::string>& parents);
 
  private:
   std::vector<Candidate> seeds();

@@ -111,6 +111,35 @@ bool beats(double cand, double cand_mad, double eager, double eager_mad, const E
   return cand < eager * (1 - o.min_gain) && eager - cand > o.noise_sigmas * sigma;
 }
 
+// One kernel from the LLM for this generation, shown the fastest verified kernel and the reason its
+// own last proposal failed; it joins the batch (and the search state) as a pending candidate.
+Result<Candidate> propose_with_llm(Search& search, const OpCall& call, double eager_ms, const LlmOptions& llm) {
+  search.llm_asked();
+  LlmContext ctx;
+  ctx.eager_ms = eager_ms;
+  std::vector<std::string> parents;
+  auto ranked = search.ranked();
+  if (!ranked.empty()) {
+    auto best = search.render(ranked.front()->family, ranked.front()->knobs);
+    if (best) {
+      ctx.best_source = best.value().source;
+      ctx.best_launch = best.value().launch;
+      ctx.best_ms = ranked.front()->median_ms;
+      parents.push_back(ranked.front()->id);
+    }
+  }
+  const auto& tried = search.state().tried;
+  for (auto it = tried.rbegin(); it != tried.rend(); ++it) {
+    if (it->origin != "llm") continue;
+    if (!it->passed())
+      ctx.last_rejection = it->verdict + " at stage " + it->stage + ": " + it->evidence.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 1500);
+    break;
+  }
+  auto p = ask_llm(llm, call, ctx);
+  if (!p) return p.status();
+  return search.add_proposal(p.value().source, p.value().launch, parents);
+}
+
 }  // namespace
 
 EvolveResult evolve_key(const std::string& key, const std::string& job_file, int device, const EvolveOptions& o) {
@@ -179,6 +208,13 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
   auto t_run = Clock::now();
   while (!search.state().finished) {
     std::vector<Candidate> batch = search.next_batch();
+    if (!batch.empty() && o.llm.enabled() && search.llm_due()) {
+      auto t0 = Clock::now();
+      auto p = propose_with_llm(search, call.value(), res.eager_ms, o.llm);
+      search.add_elapsed(secs_since(t0));
+      if (p) batch.push_back(std::move(p.value()));
+      else say("LLM proposer: " + p.status().to_string());
+    }
     persist();
     if (batch.empty()) break;
     for (const Candidate& c : batch) {

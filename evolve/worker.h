@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evolve/llm.h"
 #include "evolve/search.h"
 #include "runtime/status.h"
 
@@ -25,6 +26,7 @@ struct EvolveOptions {
   double noise_sigmas = 3;           // ... and by this many (robust) standard deviations of both timings
   int max_promote_tries = 3;         // candidates taken through the full gauntlet, fastest first
   int jobs = 1;                      // keys searched concurrently by the worker
+  LlmOptions llm;                    // the LLM proposer (off unless llm.url is set); the worker's own
   std::function<void(const std::string&)> progress;   // one line per event (may be empty)
   const std::atomic<bool>* stop = nullptr;             // asked to stop: persist and return
 };

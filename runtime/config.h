@@ -39,6 +39,11 @@ struct Config {
   double evolve_candidate_timeout_s = 180;  // KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S: a candidate
                                            // (sanitizers included) running longer is killed as hung
   double worker_idle_s = 60;           // KERNELCRAFT_WORKER_IDLE_S / "worker_idle_s": idle worker exits
+  // The LLM proposer (evolve/llm.h): an OpenAI-compatible chat-completions endpoint; off when empty.
+  std::string llm_url;                 // KERNELCRAFT_LLM_URL / "llm_url"
+  std::string llm_model;               // KERNELCRAFT_LLM_MODEL / "llm_model"
+  std::string llm_key_env = "KERNELCRAFT_LLM_KEY";  // KERNELCRAFT_LLM_KEY_ENV / "llm_key_env": the
+                                       // variable holding the API key (the key itself is never stored)
 };
 
 // One row per setting, for docs, `kernelcraft config` and validation.

@@ -1,0 +1,113 @@
+// The LLM proposer's torch-free parts: what the model is told, how its reply is read, and how its
+// kernels live in the search state (they cannot be re-rendered, so the state keeps their text).
+#include <gtest/gtest.h>
+
+#include "evolve/llm.h"
+#include "evolve/search.h"
+
+namespace kc::evolve {
+namespace {
+
+using nlohmann::json;
+
+OpCall relu_call(const std::string& backend) {
+  auto c = make_call(OpId::kRelu, {300, 7}, DType::kF32, backend);
+  EXPECT_TRUE(c) << c.status().to_string();
+  return c.value();
+}
+
+std::string chat_body(const std::string& content) {
+  return json{{"choices", json::array({{{"message", {{"role", "assistant"}, {"content", content}}}}})}}.dump();
+}
+
+TEST(Llm, MessagesCarryTheCallTheRulesAndTheFeedback) {
+  OpCall c = relu_call("cpu");
+  LlmContext ctx;
+  ctx.eager_ms = 0.012;
+  ctx.best_source = "extern \"C\" void kc_best(...) {}";
+  ctx.best_launch = {{"version", 1}};
+  ctx.best_ms = 0.010;
+  ctx.last_rejection = "rejected at stage numerics: index 17";
+  json m = llm_messages(c, ctx);
+  ASSERT_EQ(m.size(), 2u);
+  const std::string system = m[0]["content"], task = m[1]["content"];
+  EXPECT_NE(system.find("kc_cpu_ctx"), std::string::npos) << "CPU rules name the CPU ABI";
+  EXPECT_NE(system.find("launch spec"), std::string::npos);
+  EXPECT_NE(task.find("aten::relu"), std::string::npos);
+  EXPECT_NE(task.find("[300,7]"), std::string::npos) << "the call's sizes are in the task: " << task;
+  EXPECT_NE(task.find("kc_best"), std::string::npos) << "the fastest kernel so far is shown";
+  EXPECT_NE(task.find("index 17"), std::string::npos) << "the last rejection is fed back";
+  EXPECT_NE(llm_messages(relu_call("cuda"), {})[0]["content"].get<std::string>().find("NVRTC"), std::string::npos);
+}
+
+TEST(Llm, RepliesAreReadFencedOrBare) {
+  const json launch = {{"version", 1}, {"launches", json::array()}};
+  const std::string obj = json{{"source", "int x;"}, {"launch", launch}}.dump();
+  for (const std::string& content : {obj, "Here you go:\n```json\n" + obj + "\n```\nEnjoy.", "  " + obj + "\n"}) {
+    auto p = parse_llm_reply(chat_body(content));
+    ASSERT_TRUE(p) << content << ": " << p.status().to_string();
+    EXPECT_EQ(p.value().source, "int x;");
+    EXPECT_EQ(p.value().launch, launch);
+  }
+}
+
+TEST(Llm, BadRepliesAreErrorsWithAReason) {
+  const std::pair<std::string, const char*> bad[] = {
+      {"not json", "not JSON"},
+      {json{{"error", {{"message", "quota"}}}}.dump(), "error"},
+      {json{{"choices", json::array()}}.dump(), "no choices"},
+      {chat_body("I cannot help with that."), "no JSON object"},
+      {chat_body("{\"source\": 3, \"launch\": {}}"), "source"},
+      {chat_body("{\"source\": \"x\"}"), "launch"},
+      {chat_body("{\"source\": \"x\", \"launch\": {"), "no JSON object"},
+  };
+  for (const auto& [body, why] : bad) {
+    auto p = parse_llm_reply(body);
+    ASSERT_FALSE(p) << body;
+    EXPECT_NE(p.status().message().find(why), std::string::npos) << p.status().message();
+  }
+}
+
+TEST(Llm, ProposalsJoinTheBatchAndSurviveAResume) {
+  OpCall c = relu_call("cpu");
+  c.key = "kc1|cpu-test|aten::relu|fp32|test";
+  EXPECT_FALSE(Search(c, SearchOptions{}).llm_due()) << "generation 0 is the templates' own";
+  SearchState second;
+  second.generation = 1;
+  Search s(c, SearchOptions{}, second);
+  ASSERT_FALSE(s.next_batch().empty());
+  ASSERT_TRUE(s.llm_due());
+  s.llm_asked();
+  EXPECT_FALSE(s.llm_due()) << "once per generation";
+  const json launch = {{"version", 1}};
+  auto a = s.add_proposal("extern \"C\" void a() {}", launch, {"parent-id"});
+  ASSERT_TRUE(a) << a.status().to_string();
+  EXPECT_EQ(a.value().family, "llm");
+  EXPECT_EQ(a.value().origin, "llm");
+  EXPECT_FALSE(s.add_proposal("extern \"C\" void a() {}", launch, {})) << "the same kernel twice is refused";
+  // A worker killed now resumes with the proposal still pending, its text intact.
+  SearchState saved = search_state_from(to_json(s.state()));
+  ASSERT_EQ(saved.proposals.size(), 1u);
+  EXPECT_EQ(saved.llm_generation, 1);
+  Search resumed(c, SearchOptions{}, saved);
+  bool found = false;
+  for (const Candidate& k : resumed.next_batch())
+    if (k.family == "llm") {
+      found = true;
+      EXPECT_EQ(k.source, "extern \"C\" void a() {}");
+      EXPECT_EQ(k.parents, std::vector<std::string>{"parent-id"});
+    }
+  EXPECT_TRUE(found) << "the pending LLM candidate comes back after a resume";
+  EXPECT_FALSE(resumed.render("llm", {{"n", 5}})) << "an index past the proposals is an error";
+}
+
+TEST(Llm, WithoutAnEndpointNothingIsAsked) {
+  LlmOptions o;
+  EXPECT_FALSE(o.enabled());
+  auto p = ask_llm(o, relu_call("cpu"), {});
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.status().code(), Code::kUnsupported);
+}
+
+}  // namespace
+}  // namespace kc::evolve
