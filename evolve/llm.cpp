@@ -1,6 +1,7 @@
 // The LLM proposer (llm.h): the prompt, the reply parser, and one HTTP request through libcurl.
 #include "evolve/llm.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -50,33 +51,73 @@ json llm_messages(const OpCall& c, const LlmContext& ctx) {
                        " kernels for one PyTorch operator call. " + (cuda ? kCudaRules : kCpuRules) + " " +
                        kLaunchFormat +
                        " Reply with one JSON object and nothing else: {\"source\": \"...\", \"launch\": {...}}.";
-  json call = to_json(c);
+  // Bytes every kernel must at least move (each input read once, each output written once): with a
+  // time this is the achieved bandwidth, a hint at how far from the memory roof a kernel is.
+  double bytes = 0;
+  for (const auto* list : {&c.inputs, &c.outputs})
+    for (const TensorMeta& t : *list)
+      if (t.defined) bytes += static_cast<double>(t.numel()) * dtype_size(t.dtype);
+  auto speed = [&](double ms) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%.2f us (%.1f GB/s over the %.0f bytes in and out)", ms * 1e3, bytes / (ms * 1e-3) / 1e9, bytes);
+    return std::string(b);
+  };
   std::string task = std::string("Operator: ") + op_info(c.op).aten + " (" + op_info(c.op).name + "), backend " +
                      c.backend + ", target " + c.target + ", precision policy " + c.policy + ".\n" +
-                     "The call (inputs, outputs, scalars): " + call.dump() + "\n";
-  if (ctx.eager_ms > 0) task += "PyTorch's own kernel takes " + std::to_string(ctx.eager_ms * 1e3) + " us.\n";
-  if (!ctx.best_source.empty()) {
-    task += "The fastest verified kernel so far takes " + std::to_string(ctx.best_ms * 1e3) +
-            " us. Its source:\n" + ctx.best_source + "\nIts launch spec: " + ctx.best_launch.dump() + "\n";
+                     "The call (inputs, outputs, scalars): " + to_json(c).dump() + "\n";
+  if (ctx.eager_ms > 0) task += "PyTorch's own kernel takes " + speed(ctx.eager_ms) + ".\n";
+  for (size_t i = 0; i < ctx.best.size(); ++i) {
+    const LlmKernel& k = ctx.best[i];
+    task += (i == 0 ? "The fastest verified kernel so far (" : "Verified kernel #" + std::to_string(i + 1) + " (") +
+            k.id + ") takes " + speed(k.ms) + ".";
+    if (!k.resources.is_null() && !k.resources.empty()) task += " Resources: " + k.resources.dump() + ".";
+    task += "\nSource:\n" + k.source + "\nLaunch spec: " + k.launch.dump() + "\n";
   }
-  if (!ctx.last_rejection.empty())
-    task += "Your previous kernel was rejected: " + ctx.last_rejection + "\n";
+  if (!ctx.failures.empty()) {
+    task += "Recent rejected kernels and why:\n";
+    for (const auto& f : ctx.failures) task += "- " + f + "\n";
+  }
+  if (!ctx.last_rejection.empty()) task += "Your previous kernel was rejected: " + ctx.last_rejection + "\n";
   task += std::string("Propose one kernel that is correct for this exact call and faster than ") +
-          (ctx.best_source.empty() ? "PyTorch's." : "both.");
+          (ctx.best.empty() ? "PyTorch's." : "all of these.");
   return json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", task}}});
 }
 
-Result<LlmProposal> parse_llm_reply(const std::string& body) {
+json llm_request(const LlmOptions& o, const OpCall& c, const LlmContext& ctx) {
+  json m = llm_messages(c, ctx);
+  json req;
+  if (o.api == "anthropic") {
+    req = {{"system", m[0]["content"]}, {"messages", json::array({m[1]})}, {"max_tokens", 8192}};
+  } else {
+    req = {{"messages", m}};
+  }
+  req["temperature"] = 0.7;
+  if (!o.model.empty()) req["model"] = o.model;
+  return req;
+}
+
+Result<LlmProposal> parse_llm_reply(const std::string& body, const std::string& api) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::error(Code::kInvalid, "the response is not JSON");
   if (j.contains("error")) return Status::error(Code::kInvalid, "the endpoint answered with an error: " + j["error"].dump());
-  auto choices = j.find("choices");
-  if (choices == j.end() || !choices->is_array() || choices->empty())
-    return Status::error(Code::kInvalid, "the response has no choices");
-  const json& msg = (*choices)[0].value("message", json::object());
-  if (!msg.contains("content") || !msg["content"].is_string())
-    return Status::error(Code::kInvalid, "the first choice has no text content");
-  std::string text = strip(msg["content"].get<std::string>());
+  std::string text;
+  if (api == "anthropic") {
+    auto content = j.find("content");
+    if (content == j.end() || !content->is_array()) return Status::error(Code::kInvalid, "the response has no content");
+    for (const auto& block : *content)
+      if (block.value("type", "") == "text" && block.contains("text") && block["text"].is_string())
+        text += block["text"].get<std::string>();
+    if (text.empty()) return Status::error(Code::kInvalid, "the response has no text content");
+  } else {
+    auto choices = j.find("choices");
+    if (choices == j.end() || !choices->is_array() || choices->empty())
+      return Status::error(Code::kInvalid, "the response has no choices");
+    const json& msg = (*choices)[0].value("message", json::object());
+    if (!msg.contains("content") || !msg["content"].is_string())
+      return Status::error(Code::kInvalid, "the first choice has no text content");
+    text = msg["content"].get<std::string>();
+  }
+  text = strip(text);
   // A fenced block, if any: the object is inside it.
   if (size_t f = text.find("```"); f != std::string::npos) {
     size_t start = text.find('\n', f);
@@ -113,15 +154,20 @@ Result<LlmProposal> ask_llm(const LlmOptions& o, const OpCall& c, const LlmConte
   if (!o.enabled()) return Status::error(Code::kUnsupported, "no llm_url configured");
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  json req = {{"messages", llm_messages(c, ctx)}, {"temperature", 0.7}};
-  if (!o.model.empty()) req["model"] = o.model;
-  const std::string body = req.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (o.api != "openai" && o.api != "anthropic")
+    return Status::error(Code::kInvalid, "llm_api must be openai or anthropic, not '" + o.api + "'");
+  const std::string body = llm_request(o, c, ctx).dump(-1, ' ', false, json::error_handler_t::replace);
 
   CURL* h = curl_easy_init();
   if (!h) return Status::error(Code::kIOError, "curl_easy_init failed");
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
   const char* key = o.key_env.empty() ? nullptr : std::getenv(o.key_env.c_str());
-  if (key && *key) headers = curl_slist_append(headers, ("Authorization: Bearer " + std::string(key)).c_str());
+  if (o.api == "anthropic") {
+    headers = curl_slist_append(headers, "anthropic-version: 2023-06-01");
+    if (key && *key) headers = curl_slist_append(headers, ("x-api-key: " + std::string(key)).c_str());
+  } else if (key && *key) {
+    headers = curl_slist_append(headers, ("Authorization: Bearer " + std::string(key)).c_str());
+  }
   std::string response;
   char err[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(h, CURLOPT_URL, o.url.c_str());
@@ -145,7 +191,7 @@ Result<LlmProposal> ask_llm(const LlmOptions& o, const OpCall& c, const LlmConte
   if (http < 200 || http >= 300)
     return Status::error(Code::kIOError, "HTTP " + std::to_string(http) + " from " + o.url + ": " +
                                              response.substr(0, 300));
-  return parse_llm_reply(response);
+  return parse_llm_reply(response, o.api);
 }
 #else
 Result<LlmProposal> ask_llm(const LlmOptions&, const OpCall&, const LlmContext&) {

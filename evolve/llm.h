@@ -1,10 +1,11 @@
-// The LLM proposer: asks a chat-completions endpoint (OpenAI-compatible, over libcurl) for one
-// kernel for a call, showing it the fastest verified kernel so far and why its last proposal was
-// rejected. Its kernels are untrusted like any other: they go through the same static check and
+// The LLM proposer: asks a model (an OpenAI-compatible chat-completions endpoint or Anthropic's
+// Messages API, over libcurl) for one kernel for a call, showing it the fastest verified kernels so
+// far with their times, achieved bandwidth and resource use, and recent failures with evidence. Its kernels are untrusted like any other: they go through the same static check and
 // gauntlet. Off unless llm_url is configured; the API key is read from the environment variable
 // named by llm_key_env and is never written anywhere.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@
 namespace kc::evolve {
 
 struct LlmOptions {
+  std::string api = "openai";                  // "openai" (chat completions) | "anthropic" (messages)
   std::string url;                             // e.g. https://api.openai.com/v1/chat/completions
   std::string model;                           // sent as "model" when set
   std::string key_env = "KERNELCRAFT_LLM_KEY"; // environment variable holding the bearer token
@@ -21,13 +23,21 @@ struct LlmOptions {
   bool enabled() const { return !url.empty(); }
 };
 
+// A verified kernel of this search, as the model is shown it.
+struct LlmKernel {
+  std::string id;                              // family and knobs
+  std::string source;
+  nlohmann::json launch;
+  double ms = 0;                               // verified median time
+  nlohmann::json resources;                    // CUDA: registers, shared memory, spills per entry
+};
+
 // What the model is shown besides the call itself.
 struct LlmContext {
   double eager_ms = 0;
-  std::string best_source;                     // fastest verified kernel so far ("" if none)
-  nlohmann::json best_launch;
-  double best_ms = 0;
-  std::string last_rejection;                  // its previous proposal's stage and evidence ("" if none)
+  std::vector<LlmKernel> best;                 // fastest first (a few)
+  std::vector<std::string> failures;           // recent rejections: "id: verdict at stage: evidence"
+  std::string last_rejection;                  // its own previous proposal's ("" if none or passed)
 };
 
 struct LlmProposal {
@@ -37,9 +47,11 @@ struct LlmProposal {
 
 // The chat messages for `c` (system rules for its backend, then the task).
 nlohmann::json llm_messages(const OpCall& c, const LlmContext& ctx);
-// Extracts {"source": str, "launch": object} from a chat-completions response body; the model may
-// wrap the object in a ```json fence. kInvalid with the reason otherwise.
-Result<LlmProposal> parse_llm_reply(const std::string& body);
+// The request body for `api` (the system rules separate for Anthropic, a message for OpenAI).
+nlohmann::json llm_request(const LlmOptions& o, const OpCall& c, const LlmContext& ctx);
+// Extracts {"source": str, "launch": object} from a response body of `api`; the model may wrap the
+// object in a ```json fence. kInvalid with the reason otherwise.
+Result<LlmProposal> parse_llm_reply(const std::string& body, const std::string& api = "openai");
 // One request. kUnsupported when built without libcurl; kIOError for network and HTTP failures.
 Result<LlmProposal> ask_llm(const LlmOptions& o, const OpCall& c, const LlmContext& ctx);
 

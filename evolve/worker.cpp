@@ -91,9 +91,14 @@ Evaluation evaluation_of(const Candidate& c, const nlohmann::json& verdict) {
   e.median_ms = verdict.value("median_ms", 0.0);
   e.mad_ms = verdict.value("mad_ms", 0.0);
   // Keep the rejecting stage's evidence (and its summary) rather than the whole verdict: records stay small.
-  for (const auto& s : verdict.value("stages", nlohmann::json::array()))
+  for (const auto& s : verdict.value("stages", nlohmann::json::array())) {
     if (s.value("outcome", "") == "rejected")
       e.evidence = {{"summary", s.value("summary", "")}, {"evidence", s.value("evidence", nlohmann::json::object())}};
+    // A passed candidate keeps its resource use (registers, shared memory, spills): the LLM is shown it.
+    if (e.verdict == "passed" && s.value("name", "") == "compile" && s.contains("evidence") &&
+        s["evidence"].contains("resources"))
+      e.evidence = {{"resources", s["evidence"]["resources"]}};
+  }
   return e;
 }
 
@@ -111,29 +116,37 @@ bool beats(double cand, double cand_mad, double eager, double eager_mad, const E
   return cand < eager * (1 - o.min_gain) && eager - cand > o.noise_sigmas * sigma;
 }
 
-// One kernel from the LLM for this generation, shown the fastest verified kernel and the reason its
-// own last proposal failed; it joins the batch (and the search state) as a pending candidate.
+// One kernel from the LLM for this generation, shown the fastest verified kernels, recent failures
+// and why its own last kernel failed; it joins the batch (and the search state) as a pending
+// candidate.
 Result<Candidate> propose_with_llm(Search& search, const OpCall& call, double eager_ms, const LlmOptions& llm) {
+  constexpr size_t kShownKernels = 3, kShownFailures = 3;
   search.llm_asked();
+  auto brief = [](const Evaluation& e) {
+    return e.id + ": " + e.verdict + " at stage " + e.stage + ": " +
+           e.evidence.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 1500);
+  };
   LlmContext ctx;
   ctx.eager_ms = eager_ms;
   std::vector<std::string> parents;
-  auto ranked = search.ranked();
-  if (!ranked.empty()) {
-    auto best = search.render(ranked.front()->family, ranked.front()->knobs);
-    if (best) {
-      ctx.best_source = best.value().source;
-      ctx.best_launch = best.value().launch;
-      ctx.best_ms = ranked.front()->median_ms;
-      parents.push_back(ranked.front()->id);
-    }
+  for (const Evaluation* e : search.ranked()) {
+    if (ctx.best.size() == kShownKernels) break;
+    auto k = search.render(e->family, e->knobs);
+    if (!k) continue;
+    ctx.best.push_back({e->id, k.value().source, k.value().launch, e->median_ms,
+                        e->evidence.value("resources", nlohmann::json())});
+    parents.push_back(e->id);
   }
   const auto& tried = search.state().tried;
+  bool own_seen = false;
   for (auto it = tried.rbegin(); it != tried.rend(); ++it) {
-    if (it->origin != "llm") continue;
-    if (!it->passed())
-      ctx.last_rejection = it->verdict + " at stage " + it->stage + ": " + it->evidence.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 1500);
-    break;
+    if (it->origin == "llm" && !own_seen) {   // its own latest: the direct feedback
+      own_seen = true;
+      if (!it->passed()) ctx.last_rejection = brief(*it);
+      continue;
+    }
+    if (!it->passed() && it->verdict != "unsupported" && ctx.failures.size() < kShownFailures)
+      ctx.failures.push_back(brief(*it));
   }
   auto p = ask_llm(llm, call, ctx);
   if (!p) return p.status();

@@ -36,6 +36,7 @@ const std::vector<ConfigField>& config_fields() {
       {"evolve_capture_mb", "KERNELCRAFT_EVOLVE_CAPTURE_MB", "largest captured inputs per job, MiB (0: never capture)"},
       {"evolve_candidate_timeout_s", "KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "seconds before a candidate counts as hung"},
       {"worker_idle_s", "KERNELCRAFT_WORKER_IDLE_S", "seconds an idle worker waits for jobs before exiting"},
+      {"llm_api", "KERNELCRAFT_LLM_API", "the LLM endpoint's API: openai (chat completions) | anthropic (messages)"},
       {"llm_url", "KERNELCRAFT_LLM_URL", "OpenAI-compatible chat-completions URL for the LLM proposer (off when empty)"},
       {"llm_model", "KERNELCRAFT_LLM_MODEL", "model name sent to the LLM endpoint"},
       {"llm_key_env", "KERNELCRAFT_LLM_KEY_ENV", "environment variable holding the LLM API key"},
@@ -140,7 +141,11 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       else if (k == "evolve_generations") n.evolve_generations = std::max(1, v.get<int>());
       else if (k == "evolve_capture_mb") n.evolve_capture_mb = std::max(0, v.get<int>());
       else if (k == "worker_idle_s") n.worker_idle_s = v.get<double>();
-      else if (k == "llm_url") n.llm_url = v.get<std::string>();
+      else if (k == "llm_api") {
+        n.llm_api = v.get<std::string>();
+        if (n.llm_api != "openai" && n.llm_api != "anthropic")
+          return Status::error(Code::kInvalid, "llm_api must be openai or anthropic");
+      } else if (k == "llm_url") n.llm_url = v.get<std::string>();
       else if (k == "llm_model") n.llm_model = v.get<std::string>();
       else if (k == "llm_key_env") n.llm_key_env = v.get<std::string>();
       else if (k == "evolve_candidate_timeout_s") n.evolve_candidate_timeout_s = std::max(1.0, v.get<double>());
@@ -162,7 +167,7 @@ nlohmann::json to_json(const Config& c) {
           {"evolve_key_budget_s", c.evolve_key_budget_s}, {"evolve_mu", c.evolve_mu},
           {"evolve_lambda", c.evolve_lambda}, {"evolve_generations", c.evolve_generations},
           {"evolve_capture_mb", c.evolve_capture_mb}, {"worker_idle_s", c.worker_idle_s},
-          {"evolve_candidate_timeout_s", c.evolve_candidate_timeout_s}, {"llm_url", c.llm_url},
+          {"evolve_candidate_timeout_s", c.evolve_candidate_timeout_s}, {"llm_api", c.llm_api}, {"llm_url", c.llm_url},
           {"llm_model", c.llm_model}, {"llm_key_env", c.llm_key_env}};
 }
 
@@ -194,6 +199,10 @@ Config load_config() {
   if (const char* v = env("KERNELCRAFT_CACHE_READONLY")) c.cache_readonly = truthy(v);
   if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
   if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
+  if (const char* v = env("KERNELCRAFT_LLM_API")) {
+    if (std::string(v) == "openai" || std::string(v) == "anthropic") c.llm_api = v;
+    else log_once(LogLevel::kWarn, "config-llm-api", std::string("KERNELCRAFT_LLM_API=") + v + " is not openai|anthropic; using " + c.llm_api);
+  }
   if (const char* v = env("KERNELCRAFT_LLM_URL")) c.llm_url = v;
   if (const char* v = env("KERNELCRAFT_LLM_MODEL")) c.llm_model = v;
   if (const char* v = env("KERNELCRAFT_LLM_KEY_ENV")) c.llm_key_env = v;

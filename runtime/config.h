@@ -40,6 +40,7 @@ struct Config {
                                            // (sanitizers included) running longer is killed as hung
   double worker_idle_s = 60;           // KERNELCRAFT_WORKER_IDLE_S / "worker_idle_s": idle worker exits
   // The LLM proposer (evolve/llm.h): an OpenAI-compatible chat-completions endpoint; off when empty.
+  std::string llm_api = "openai";      // KERNELCRAFT_LLM_API / "llm_api": openai | anthropic
   std::string llm_url;                 // KERNELCRAFT_LLM_URL / "llm_url"
   std::string llm_model;               // KERNELCRAFT_LLM_MODEL / "llm_model"
   std::string llm_key_env = "KERNELCRAFT_LLM_KEY";  // KERNELCRAFT_LLM_KEY_ENV / "llm_key_env": the

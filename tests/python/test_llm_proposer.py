@@ -18,9 +18,10 @@ LAUNCH = json.loads((KERNELS / "relu_cpu.json").read_text().replace("kc_relu_f32
 
 
 class FakeLlm:
-    """Answers the n-th request with replies[n] (a kernel as a fenced JSON object), then HTTP 500."""
+    """Answers the n-th request with replies[n] (a kernel as a fenced JSON object), then HTTP 500,
+    in the response format of `api` (OpenAI chat completions or Anthropic messages)."""
 
-    def __init__(self, replies):
+    def __init__(self, replies, api="openai"):
         self.replies = replies
         self.requests = []
         outer = self
@@ -28,14 +29,19 @@ class FakeLlm:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append({"auth": self.headers.get("Authorization"), "body": body})
+                outer.requests.append({"auth": self.headers.get("Authorization"), "x-api-key": self.headers.get("x-api-key"),
+                                       "version": self.headers.get("anthropic-version"), "body": body})
                 n = len(outer.requests) - 1
                 if n >= len(outer.replies):
                     self.send_response(500)
                     self.end_headers()
                     return
                 content = "```json\n" + json.dumps(outer.replies[n]) + "\n```"
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+                if api == "anthropic":
+                    reply = {"type": "message", "content": [{"type": "text", "text": content}]}
+                else:
+                    reply = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+                data = json.dumps(reply).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -46,15 +52,16 @@ class FakeLlm:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/chat/completions"
+        path = "/v1/messages" if api == "anthropic" else "/v1/chat/completions"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{path}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
         self.server.shutdown()
 
 
-def evolve(cache, url, *extra, json_out=True):
-    env = dict(os.environ, KERNELCRAFT_LLM_URL=url, KERNELCRAFT_LLM_MODEL="test-model",
+def evolve(cache, url, *extra, json_out=True, api="openai"):
+    env = dict(os.environ, KERNELCRAFT_LLM_URL=url, KERNELCRAFT_LLM_API=api, KERNELCRAFT_LLM_MODEL="test-model",
                KERNELCRAFT_LLM_KEY="secret-token-123", KERNELCRAFT_EVOLVE_LAMBDA="2",
                KERNELCRAFT_EVOLVE_GENERATIONS="3")
     args = [CLI, "--cache-dir", str(cache)] + (["--json"] if json_out else []) + \
@@ -62,10 +69,11 @@ def evolve(cache, url, *extra, json_out=True):
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_llm_kernels_are_asked_for_verified_and_fed_back(tmp_path):
-    llm = FakeLlm([{"source": WRONG, "launch": LAUNCH}, {"source": HONEST, "launch": LAUNCH}])
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_llm_kernels_are_asked_for_verified_and_fed_back(tmp_path, api):
+    llm = FakeLlm([{"source": WRONG, "launch": LAUNCH}, {"source": HONEST, "launch": LAUNCH}], api=api)
     try:
-        r = evolve(tmp_path / "cache", llm.url)
+        r = evolve(tmp_path / "cache", llm.url, api=api)
     finally:
         llm.close()
     assert r.returncode == 0, r.stderr
@@ -73,12 +81,16 @@ def test_llm_kernels_are_asked_for_verified_and_fed_back(tmp_path):
     assert result["outcome"] in ("served", "eager_best"), result
     assert len(llm.requests) >= 2, "one request per generation"
     first = llm.requests[0]
-    assert first["auth"] == "Bearer secret-token-123"
     assert first["body"]["model"] == "test-model"
-    task = first["body"]["messages"][1]["content"]
+    if api == "anthropic":
+        assert first["x-api-key"] == "secret-token-123" and first["version"] and first["auth"] is None
+        assert "kc_cpu_ctx" in first["body"]["system"]
+    else:
+        assert first["auth"] == "Bearer secret-token-123"
+    task = first["body"]["messages"][-1]["content"]
     assert "aten::relu" in task and "[300,7]" in task
     assert "fastest verified kernel" in task, "generation 0's best template kernel is shown"
-    second = llm.requests[1]["body"]["messages"][1]["content"]
+    second = llm.requests[1]["body"]["messages"][-1]["content"]
     assert "was rejected" in second and "numerics" in second, second[-600:]
 
     s = subprocess.run([CLI, "--cache-dir", str(tmp_path / "cache"), "--json", "search-state", result["key"]],

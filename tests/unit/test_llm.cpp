@@ -24,9 +24,10 @@ TEST(Llm, MessagesCarryTheCallTheRulesAndTheFeedback) {
   OpCall c = relu_call("cpu");
   LlmContext ctx;
   ctx.eager_ms = 0.012;
-  ctx.best_source = "extern \"C\" void kc_best(...) {}";
-  ctx.best_launch = {{"version", 1}};
-  ctx.best_ms = 0.010;
+  ctx.best.push_back({"cpu.unary{elems=4096}", "extern \"C\" void kc_best(...) {}", {{"version", 1}}, 0.010,
+                      {{"kc_best", {{"registers", 32}}}}});
+  ctx.best.push_back({"cpu.unary{elems=1024}", "extern \"C\" void kc_second(...) {}", {{"version", 1}}, 0.011, {}});
+  ctx.failures = {"cpu.unary{elems=64}: rejected at stage sanitizer: heap-buffer-overflow"};
   ctx.last_rejection = "rejected at stage numerics: index 17";
   json m = llm_messages(c, ctx);
   ASSERT_EQ(m.size(), 2u);
@@ -35,9 +36,29 @@ TEST(Llm, MessagesCarryTheCallTheRulesAndTheFeedback) {
   EXPECT_NE(system.find("launch spec"), std::string::npos);
   EXPECT_NE(task.find("aten::relu"), std::string::npos);
   EXPECT_NE(task.find("[300,7]"), std::string::npos) << "the call's sizes are in the task: " << task;
-  EXPECT_NE(task.find("kc_best"), std::string::npos) << "the fastest kernel so far is shown";
-  EXPECT_NE(task.find("index 17"), std::string::npos) << "the last rejection is fed back";
+  EXPECT_NE(task.find("kc_best"), std::string::npos) << "the fastest kernels so far are shown";
+  EXPECT_NE(task.find("kc_second"), std::string::npos);
+  EXPECT_NE(task.find("\"registers\":32"), std::string::npos) << "with their resource use";
+  // 300x7 floats in and out: 16,800 bytes; in 10 us that is 1.68 GB/s.
+  EXPECT_NE(task.find("10.00 us (1.7 GB/s over the 16800 bytes"), std::string::npos) << task;
+  EXPECT_NE(task.find("heap-buffer-overflow"), std::string::npos) << "recent failures are fed back";
+  EXPECT_NE(task.find("index 17"), std::string::npos) << "its own last rejection is fed back";
   EXPECT_NE(llm_messages(relu_call("cuda"), {})[0]["content"].get<std::string>().find("NVRTC"), std::string::npos);
+}
+
+TEST(Llm, RequestsForEitherApi) {
+  LlmOptions o;
+  o.model = "m";
+  json openai = llm_request(o, relu_call("cpu"), {});
+  EXPECT_EQ(openai["model"], "m");
+  ASSERT_EQ(openai["messages"].size(), 2u);
+  EXPECT_EQ(openai["messages"][0]["role"], "system");
+  o.api = "anthropic";
+  json anthropic = llm_request(o, relu_call("cpu"), {});
+  EXPECT_TRUE(anthropic["system"].is_string()) << "Anthropic takes the rules as a top-level system prompt";
+  ASSERT_EQ(anthropic["messages"].size(), 1u);
+  EXPECT_EQ(anthropic["messages"][0]["role"], "user");
+  EXPECT_GT(anthropic["max_tokens"].get<int>(), 0);
 }
 
 TEST(Llm, RepliesAreReadFencedOrBare) {
@@ -49,6 +70,12 @@ TEST(Llm, RepliesAreReadFencedOrBare) {
     EXPECT_EQ(p.value().source, "int x;");
     EXPECT_EQ(p.value().launch, launch);
   }
+  // Anthropic's Messages API: text blocks in "content".
+  json msg = {{"type", "message"}, {"content", json::array({{{"type", "text"}, {"text", "```json\n" + obj + "\n```"}}})}};
+  auto p = parse_llm_reply(msg.dump(), "anthropic");
+  ASSERT_TRUE(p) << p.status().to_string();
+  EXPECT_EQ(p.value().source, "int x;");
+  EXPECT_FALSE(parse_llm_reply(chat_body(obj), "anthropic")) << "an OpenAI body is not an Anthropic one";
 }
 
 TEST(Llm, BadRepliesAreErrorsWithAReason) {

@@ -30,6 +30,7 @@ int evolve_options(const Args& args, evolve::EvolveOptions& o) {
   o.search.max_generations = c.evolve_generations;
   o.search.key_budget_s = c.evolve_key_budget_s;
   o.candidate_timeout_s = c.evolve_candidate_timeout_s;
+  o.llm.api = c.llm_api;
   o.llm.url = c.llm_url;
   o.llm.model = c.llm_model;
   o.llm.key_env = c.llm_key_env;
