@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       std::string key;
       for (auto& k : keys) if (k.find("aten::relu") != std::string::npos) key = k;
       c10::Dispatcher::singleton().findSchemaOrThrow("kernelcraft::put_kernel", "")
-          .typed<std::string(std::string, std::string, std::string)>().call(key, src, spec_text);
+          .typed<std::string(std::string, std::string, std::string, bool)>().call(key, src, spec_text, false);
       at::relu(x);   // loads
     }
     kc_reset();

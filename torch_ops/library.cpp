@@ -6,8 +6,15 @@
 
 #include "dispatcher/evolution.h"
 #include "dispatcher/state.h"
+#include <stdlib.h>
+
 #include "kernel_cache/manual.h"
+#include "kernel_cache/record.h"
+#include "kernel_cache/store.h"
+#include "runtime/fsutil.h"
 #include "runtime/log.h"
+#include "runtime/subprocess.h"
+#include "runtime/worker_client.h"
 
 namespace kc {
 namespace {
@@ -61,9 +68,51 @@ std::vector<std::string> op_missed_keys() { return State::get().missed_keys(); }
 
 std::string op_config() { return to_json(State::get().config()).dump(); }
 
-std::string op_put_kernel(std::string key, std::string source, std::string launch_json) {
+// put_kernel(verify=True): `kernelcraft cache put --verify` in a child process, so the gauntlet
+// (and the kernel it runs) never touches this process; the caller waits for it.
+std::string put_verified(const std::string& key, const std::string& source, const std::string& launch_json) {
+  Config c = State::get().config();
+  TORCH_CHECK(!c.cache_readonly, "kernelcraft.put_kernel: the cache is configured read-only");
+  const std::string exe = c.worker.empty() ? default_worker_exe() : c.worker;
+  TORCH_CHECK(!exe.empty(), "kernelcraft.put_kernel: cannot find the kernelcraft executable (set KERNELCRAFT_WORKER)");
+  std::string dir = temp_root() + "/kc-put-XXXXXX";
+  TORCH_CHECK(mkdtemp(dir.data()) != nullptr, "kernelcraft.put_kernel: cannot create a temporary directory");
+  const std::string src = dir + "/kernel.src", spec = dir + "/launch.json", out = dir + "/output.txt";
+  std::string reason;
+  Result<ProcessResult> r = Status::error(Code::kIOError, "cannot write the kernel to " + dir);
+  if (write_file(src, source) && write_file(spec, launch_json)) {
+    ProcessOptions po;
+    po.timeout_s = c.evolve_candidate_timeout_s + 120;
+    po.output_path = out;
+    r = run_process({exe, "--cache-dir", State::get().table().dir(), "cache", "put", "--verify", "--key", key,
+                     "--source", src, "--launch", spec},
+                    po);
+    // The command's one-line reason on failure: its last "kernelcraft: " line.
+    std::string text = read_file(out), line;
+    for (size_t at = 0; at < text.size();) {
+      size_t nl = text.find('\n', at);
+      line = text.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+      if (line.rfind("kernelcraft: ", 0) == 0) reason = line.substr(13);
+      at = nl == std::string::npos ? text.size() : nl + 1;
+    }
+  }
+  remove_tree(dir);
+  TORCH_CHECK(r.is_ok(), "kernelcraft.put_kernel: could not run ", exe, ": ", r.status().to_string());
+  TORCH_CHECK(r.value().ok(), "kernelcraft.put_kernel: ", reason.empty() ? "verification failed" : reason);
+  State::get().table().forget(key);
+  auto store = Store::open(State::get().table().dir(), Store::Mode::kReadOnly);
+  TORCH_CHECK(store.is_ok(), "kernelcraft.put_kernel: stored, but cannot read it back: ", store.status().to_string());
+  auto bytes = store.value()->get(key);
+  TORCH_CHECK(bytes.is_ok(), "kernelcraft.put_kernel: stored, but cannot read it back: ", bytes.status().to_string());
+  auto rec = decode_record(bytes.value());
+  TORCH_CHECK(rec.is_ok(), "kernelcraft.put_kernel: ", rec.status().to_string());
+  return record_summary(rec.value()).dump();
+}
+
+std::string op_put_kernel(std::string key, std::string source, std::string launch_json, bool verify) {
   nlohmann::json launch = nlohmann::json::parse(launch_json, nullptr, false);
   TORCH_CHECK(!launch.is_discarded(), "kernelcraft.put_kernel: launch spec is not valid JSON");
+  if (verify) return put_verified(key, source, launch_json);
   auto rec = make_manual_record(key, source, launch, "torch.ops.kernelcraft.put_kernel");
   TORCH_CHECK(rec.is_ok(), "kernelcraft.put_kernel: ", rec.status().to_string());
   Config c = State::get().config();
@@ -100,7 +149,7 @@ struct Init {
       lib->def("configure(str json) -> ()", &op_configure);
       lib->def("config() -> str", &op_config);
       lib->def("missed_keys() -> str[]", &op_missed_keys);
-      lib->def("put_kernel(str key, str source, str launch) -> str", &op_put_kernel);
+      lib->def("put_kernel(str key, str source, str launch, bool verify=False) -> str", &op_put_kernel);
       lib->def("forget() -> ()", &op_forget);
       lib->def("wait_for_evolution(float timeout_s=600.0) -> bool", &op_wait_for_evolution);
       lib->def("evolution_status() -> str", &op_evolution_status);

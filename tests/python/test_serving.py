@@ -87,6 +87,31 @@ def test_unverified_records_are_not_served_by_default(fresh_cache, capfd):
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
 
 
+def test_put_kernel_with_verify_runs_the_gauntlet_first(fresh_cache):
+    """verify=True stores only what passes the gauntlet (run by the CLI in a child process), and
+    such a record is served under the default policy."""
+    kc.configure(json.dumps({"serve_unverified": False}))
+    try:
+        x = torch.randn(301, 7)
+        key = relu_key(x)
+        wrong = kernel_source("relu_cpu.cpp").replace("? v : 0.0f", "? v : 0.5f * v")
+        with pytest.raises(RuntimeError, match="rejected at numerics"):
+            kc.put_kernel(key, wrong, kernel_source("relu_cpu.json"), verify=True)
+        torch.relu(x)
+        assert status()["ops"]["relu"]["misses"] == 2, "nothing was stored for the rejected kernel"
+        summary = json.loads(kc.put_kernel(key, kernel_source("relu_cpu.cpp"), kernel_source("relu_cpu.json"),
+                                           verify=True))
+        assert summary["meta"]["provenance"]["verified"] is True
+        assert summary["meta"]["verification"]["stages"][-1]["name"] == "sanitizer"
+        kc.reset_counters()
+        torch.relu(x)   # loads
+        y = torch.relu(x)
+        assert status()["ops"]["relu"]["hits"] == 1
+        assert torch.equal(y, x.clamp_min(0))
+    finally:
+        kc.configure(json.dumps({"serve_unverified": True}))
+
+
 def test_broken_record_falls_back_with_one_line(fresh_cache, capfd):
     x = torch.randn(64)
     key = relu_key(x)
