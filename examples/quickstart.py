@@ -16,10 +16,6 @@ os.environ.setdefault("KERNELCRAFT_CACHE_DIR", tempfile.mkdtemp(prefix="kc-quick
 # This demo stores a kernel by hand; background evolution of misses is shown by
 # examples/train_block.py and examples/prewarm.py.
 os.environ.setdefault("KERNELCRAFT_EVOLVE", "0")
-# put_kernel stores a kernel without running the verification gauntlet, and by default such records
-# are not served. This demo serves its hand-written relu anyway; a deployment stores kernels with
-# `kernelcraft cache put --verify` or lets evolution find them (both verify).
-os.environ.setdefault("KERNELCRAFT_SERVE_UNVERIFIED", "1")
 
 import torch  # noqa: E402
 
@@ -43,12 +39,17 @@ show("1. first call: a miss, eager ran")
 key = [k for k in kc.missed_keys() if "aten::relu" in k][0]
 print("   its key:", key)
 
-# 2. Put a kernel for that key into the cache (by hand here; the evolution worker does this
-#    after verification). The library compiles it for this machine and stores it in RocksDB.
+# 2. Put a hand-written kernel for that key into the cache (the evolution worker finds its own).
+#    verify=True runs the whole verification gauntlet on it first, in a child process (numerics
+#    against eager and fp64 on six input sets, timing, sanitizers); only a kernel that passes is
+#    compiled for this machine and stored in RocksDB. Unverified kernels are never served.
 suffix = "cuda.cu" if device == "cuda" else "cpu.cpp"
 src = (HERE / "kernels" / f"relu_{suffix}").read_text()
 spec = (HERE / "kernels" / f"relu_{suffix.split('.')[0]}.json").read_text()
-print("   stored:", json.loads(kc.put_kernel(key, src, spec))["blob"])
+stored = json.loads(kc.put_kernel(key, src, spec, verify=True))
+stages = ", ".join(f"{s['name']} {s['outcome']}" for s in stored["meta"]["verification"]["stages"])
+print("   verified and stored:", stored["blob"])
+print("   gauntlet:", stages)
 
 # 3. The next call with the same key loads the kernel (eager still answers this one) ...
 torch.relu(x)
