@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "dispatcher/state.h"
+#include "runtime/fork.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
 #include "runtime/worker_client.h"
@@ -40,6 +41,12 @@ class Submitter {
 
   void push(Pending p) {
     std::lock_guard<std::mutex> g(mu_);
+    if (fork_ != fork_generation()) {   // a fork()ed child: the parent's thread does not exist here
+      fork_ = fork_generation();
+      thread_started_ = false;
+      busy_ = false;
+      queue_.clear();
+    }
     if (!thread_started_) {
       std::thread([this] { loop(); }).detach();
       thread_started_ = true;
@@ -183,6 +190,7 @@ class Submitter {
   std::deque<Pending> queue_;
   std::set<std::string> submitted_;
   bool thread_started_ = false;
+  uint64_t fork_ = 0;   // fork generation thread_started_ refers to
   bool busy_ = false;
   std::string last_error_;
   std::mutex spawn_mu_;

@@ -5,6 +5,7 @@
 
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
+#include "runtime/fork.h"
 #include "runtime/log.h"
 
 namespace kc::dispatch {
@@ -61,9 +62,17 @@ KernelTable& State::table() {
   // keeps the old one alive (leaked) so a concurrent caller never sees a dangling pointer.
   static std::atomic<KernelTable*> cur{nullptr};
   KernelTable* t = cur.load(std::memory_order_acquire);
-  if (t && t == table_.get()) return *t;
+  if (t && t == table_.get() && table_fork_ == fork_generation()) return *t;
   std::lock_guard<std::mutex> g(mu_);
-  if (!table_) table_ = std::make_unique<KernelTable>(cfg_.cache_dir, cfg_.cache_readonly, cfg_.catch_up_ms);
+  if (table_ && table_fork_ != fork_generation()) {
+    // A fork()ed child: the table's store thread and RocksDB instance are the parent's (neither has
+    // threads here). Leave them untouched and start over with a table of this process's own.
+    (void)table_.release();
+  }
+  if (!table_) {
+    table_ = std::make_unique<KernelTable>(cfg_.cache_dir, cfg_.cache_readonly, cfg_.catch_up_ms);
+    table_fork_ = fork_generation();
+  }
   cur.store(table_.get(), std::memory_order_release);
   return *table_;
 }

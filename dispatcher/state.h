@@ -61,6 +61,7 @@ class State {
   std::array<std::atomic<bool>, kNumOps> registered_{};
   std::array<OpCounters, kNumOps> counters_{};
   std::unique_ptr<KernelTable> table_;
+  std::atomic<uint64_t> table_fork_{0};   // fork generation table_ was made in (runtime/fork.h)
   // Computed once each, so the hot path takes no lock; devices past kMaxDevices never serve.
   static constexpr int kMaxDevices = 64;
   std::once_flag cpu_once_;

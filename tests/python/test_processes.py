@@ -111,6 +111,41 @@ def test_concurrent_writers_do_not_corrupt(tmp_path):
     assert out["hits"] == 12
 
 
+def test_a_forked_child_serves_without_the_parents_threads(tmp_path):
+    """DataLoader workers fork without exec: the child has none of the parent's threads (the store
+    thread). Its calls must not wait for them, and it opens the cache on its own and serves from it."""
+    out, err = child(f"""
+        x = torch.randn(300, 7)
+        torch.relu(x)                       # the parent's store thread opens the (missing) cache
+        key = [k for k in kc.missed_keys() if 'aten::relu' in k][0]
+        kc.put_kernel(key, open({str(KERNELS / 'relu_cpu.cpp')!r}).read(), open({str(KERNELS / 'relu_cpu.json')!r}).read())
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            t0 = time.time()
+            ok = True
+            for i in range(20):             # new keys, with catch-ups falling due (every 50 ms)
+                y = torch.randn(10 + i, 5)
+                ok = ok and torch.equal(torch.relu(y), y.clamp_min(0))
+                time.sleep(0.03)
+            torch.relu(x); y = torch.relu(x)   # load, then serve the parent's kernel
+            s = json.loads(kc.status())
+            res = {{"ok": ok and torch.equal(y, x.clamp_min(0)), "secs": time.time() - t0,
+                    "hits": s["ops"]["relu"]["hits"], "state": s["cache"]["state"]}}
+            os.write(w, json.dumps(res).encode())
+            os._exit(0)
+        os.close(w)
+        got = b""
+        while chunk := os.read(r, 4096):
+            got += chunk
+        os.waitpid(pid, 0)
+        print(got.decode())
+    """, KERNELCRAFT_CACHE_DIR=tmp_path / "cache", KERNELCRAFT_CATCH_UP_MS=50)
+    assert out["ok"] and out["state"] == "open" and out["hits"] >= 1, out
+    # Each wait for a store thread that does not exist would cost 2 s.
+    assert out["secs"] < 1.9, out
+
+
 @pytest.mark.parametrize("damage", ["garbage_files", "not_a_directory", "unreadable"])
 def test_broken_cache_means_eager_and_one_line(tmp_path, damage):
     cache = tmp_path / "broken"
