@@ -1,10 +1,14 @@
-// The numerics stage's comparison; see numerics.h.
+// The numerics stage: reference sets with their error budgets, and the comparison; see numerics.h.
 #include "evolve/numerics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+
+#include "evolve/eager.h"
+#include "runtime/ops.h"
 
 namespace kc::evolve {
 
@@ -100,6 +104,55 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_cpu()) return std::memcmp(ac.data_ptr(), bc.data_ptr(), bytes) == 0;
   // Compare as bytes on the device; NaN payloads included.
   return at::equal(ac.view(at::kByte), bc.view(at::kByte));
+}
+
+Result<InputSet> reference_set(const OpCall& call, const std::string& name, std::vector<at::Tensor> inputs) {
+  InputSet s;
+  s.name = name;
+  s.inputs = std::move(inputs);
+  s.ref = run_eager(call, s.inputs);
+  s.ref64 = run_fp64(call, s.inputs);
+  if (op_info(call.op).family == OpFamily::kUnary || op_info(call.op).family == OpFamily::kUnaryBackward)
+    for (const auto& t : s.inputs)
+      if (t.defined() && t.scalar_type() == at::kFloat) {
+        at::Tensor d = (t != 0) & (t.abs() < std::numeric_limits<float>::min());
+        s.denormal_in = s.denormal_in.defined() && s.denormal_in.sizes() == d.sizes() ? (s.denormal_in | d) : d;
+      }
+  if (name == "special")
+    for (const auto& t : s.inputs)
+      if (t.defined() && t.is_floating_point()) {
+        at::Tensor fin = at::isfinite(t);
+        s.care = s.care.defined() && s.care.sizes() == fin.sizes() ? (s.care & fin) : fin;
+      }
+  if (s.ref.size() != call.outputs.size())
+    return Status::error(Code::kInvalid, "eager returned " + std::to_string(s.ref.size()) + " outputs");
+  for (size_t j = 0; j < s.ref.size(); ++j) {
+    const TensorMeta& m = call.outputs[j];
+    if (s.ref[j].defined() != m.defined ||
+        (m.defined && (s.ref[j].sizes().vec() != m.sizes || s.ref[j].strides().vec() != m.strides)))
+      return Status::error(Code::kInvalid, "eager's output " + m.name + " differs from the inferred layout");
+    double tau = 0, err = 0;
+    if (m.defined) {
+      at::Tensor r64 = s.ref64[j];
+      at::Tensor fin = at::isfinite(r64);
+      at::Tensor vals = at::where(fin, r64, at::zeros_like(r64));
+      double rms = r64.numel() ? std::sqrt(vals.pow(2).mean().item<double>()) : 0;
+      // Mixed error: relative for large values, absolute at a tenth of the typical magnitude
+      // near zero (a formula that loses a few ulp of 1.0 at tiny outputs is not wrong).
+      tau = std::max(1e-1 * rms, 1e-30);
+      err = rel_err(s.ref[j], s.ref[j], r64, tau, nullptr);
+    }
+    double eps = m.dtype == DType::kF64 ? 2.2e-16 : m.dtype == DType::kF32 ? 1.19e-7 : 7.8e-3;
+    // Opt-in reduced precision (the key's policy) for fp32 outputs: the unit roundoff of bf16
+    // (8 significant bits) or tf32 (11).
+    if (m.dtype == DType::kF32 && call.policy == "bf16") eps = 3.9e-3;
+    if (m.dtype == DType::kF32 && call.policy == "tf32") eps = 4.9e-4;
+    s.tau.push_back(tau);
+    s.eager_err.push_back(err);
+    // The candidate may be a few times less exact than eager, never less than a few ulp of room.
+    s.budget.push_back(std::max(4 * err, 16 * eps));
+  }
+  return s;
 }
 
 }  // namespace kc::evolve

@@ -8,6 +8,9 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "evolve/op_call.h"
+#include "runtime/status.h"
+
 namespace kc::evolve {
 
 struct InputSet {
@@ -24,6 +27,12 @@ struct InputSet {
   // as zero; that, not a formula that underflows differently, is what the denormal check is for.
   at::Tensor denormal_in;
 };
+
+// An input set for `call`: eager's and the fp64 outputs on `inputs`, and per output the error
+// measure's tau (a tenth of the fp64 output's rms), eager's own error against fp64 and the budget
+// a candidate gets (4x eager's error, at least 16 units of roundoff of the output dtype, or of
+// bf16/tf32 under those precision policies). kInvalid if eager disagrees with the call's outputs.
+Result<InputSet> reference_set(const OpCall& call, const std::string& name, std::vector<at::Tensor> inputs);
 
 // max_i |x - r64| / (|r64| + tau) over positions where the eager reference is finite; *where gets
 // the flat index of the maximum.
