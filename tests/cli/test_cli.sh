@@ -81,6 +81,8 @@ expect 1 --cache-dir "$CACHE" cache put --key "$KEY1" --source "$WORK/bad.cpp" -
 grep -q "compile failed" "$ERR" || fail "compile error not reported as such: $(cat "$ERR")"
 expect 0 --cache-dir "$CACHE" cache put --key "$KEY1" --source "$SRC" --launch "$SPEC"
 grep -q "^stored " "$OUT" || fail "put did not say what it stored"
+expect 0 --cache-dir "$CACHE" cache ls
+grep -q "^served *unverified " "$OUT" || fail "ls does not mark the hand-stored record unverified: $(cat "$OUT")"
 expect 0 --cache-dir "$CACHE" --json cache put --key="$KEY2" --source "$SRC" --launch "$SPEC"
 jcheck 'j["key"].endswith("s[64,1]a16") and j["backend"] == "cpu" and j["blob_bytes"] > 0'
 
@@ -88,7 +90,7 @@ jcheck 'j["key"].endswith("s[64,1]a16") and j["backend"] == "cpu" and j["blob_by
 expect 0 --cache-dir "$CACHE" cache ls
 [ "$(wc -l <"$OUT")" = 2 ] || fail "ls shows $(wc -l <"$OUT") lines, wanted 2"
 expect 0 --cache-dir "$CACHE" cache ls --json
-jcheck 'len(j) == 2 and all(r["state"] == "served" and r["backend"] == "cpu" and r["blob_bytes"] > 0 for r in j)'
+jcheck 'len(j) == 2 and all(r["state"] == "served" and r["backend"] == "cpu" and r["blob_bytes"] > 0 and r["verified"] is False for r in j)'
 expect 0 --cache-dir "$CACHE" cache ls --json --op relu --match "[1024]"
 jcheck 'len(j) == 1 and j[0]["key"].endswith("f32[1024]s[1]a16")'
 expect 0 --cache-dir "$CACHE" cache ls --json --op aten::gelu
@@ -165,6 +167,8 @@ jcheck 'j["verified"] is True and j["key"] == "'"$VKEY"'"'
 expect 0 --cache-dir "$VCACHE" cache show "$VKEY" --json
 jcheck 'j["meta"]["provenance"]["verified"] is True and j["meta"]["provenance"]["by"] == "kernelcraft cache put --verify"'
 jcheck '[s["name"] for s in j["meta"]["verification"]["stages"]][-1] == "sanitizer" and j["meta"]["verification"]["eager_median_ms"] > 0'
+expect 0 --cache-dir "$VCACHE" cache ls --json
+jcheck 'len(j) == 1 and j[0]["verified"] is True'
 
 if [ "$FAILS" != 0 ]; then
   echo "test_cli.sh: $FAILS failure(s)" >&2

@@ -59,9 +59,10 @@ int cmd_ls(const Args& args) {
     json row = {{"key", key}, {"op", key_op(key)}};
     if (rec) {
       row.update({{"state", rec->state}, {"backend", rec->backend}, {"blob_bytes", rec->blob.size()},
-                  {"source_bytes", rec->source.size()}});
+                  {"source_bytes", rec->source.size()}, {"verified", record_verified(rec.value())}});
     } else {
-      row.update({{"state", "corrupt"}, {"backend", ""}, {"blob_bytes", 0}, {"error", rec.status().to_string()}});
+      row.update({{"state", "corrupt"}, {"backend", ""}, {"blob_bytes", 0}, {"verified", false},
+                  {"error", rec.status().to_string()}});
     }
     rows.push_back(std::move(row));
     return true;
@@ -71,10 +72,13 @@ int cmd_ls(const Args& args) {
     print_json(rows, true);
     return kExitOk;
   }
-  for (const auto& r : rows)
-    std::printf("%-10s %-5s %9zu  %s\n", r["state"].get<std::string>().c_str(),
-                r["backend"].get<std::string>().c_str(), r["blob_bytes"].get<size_t>(),
-                r["key"].get<std::string>().c_str());
+  // A served record that never passed the gauntlet is not served by default (serve_unverified).
+  for (const auto& r : rows) {
+    const std::string state = r["state"].get<std::string>();
+    const bool unverified = state == "served" && !r["verified"].get<bool>();
+    std::printf("%-10s %-10s %-5s %9zu  %s\n", state.c_str(), unverified ? "unverified" : "", r["backend"].get<std::string>().c_str(),
+                r["blob_bytes"].get<size_t>(), r["key"].get<std::string>().c_str());
+  }
   return kExitOk;
 }
 
