@@ -146,6 +146,42 @@ def test_a_forked_child_serves_without_the_parents_threads(tmp_path):
     assert out["secs"] < 1.9, out
 
 
+def test_many_threads_while_the_cache_changes(tmp_path):
+    """Four threads call intercepted ops (hits, misses, new keys) while the main thread stores kernels
+    and drops the table, with catch-ups due every millisecond: every result equals eager."""
+    out, err = child(f"""
+        import threading
+        src = open({str(KERNELS / 'relu_cpu.cpp')!r}).read()
+        spec = open({str(KERNELS / 'relu_cpu.json')!r}).read()
+        x = torch.randn(300, 7)
+        torch.relu(x)
+        kc.put_kernel([k for k in kc.missed_keys() if 'aten::relu' in k][0], src, spec)
+        bad = []
+        def work(t):
+            for i in range(150):
+                for y in (x, torch.randn(50 + (i * 7 + t) % 40, 3)):
+                    if not torch.equal(torch.relu(y), y.clamp_min(0)):
+                        bad.append((t, i))
+                z = torch.randn(8, 33)
+                torch.testing.assert_close(torch.softmax(z, -1), torch.exp(z) / torch.exp(z).sum(-1, keepdim=True))
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads: th.start()
+        stored = 0
+        while any(th.is_alive() for th in threads):
+            keys = [k for k in kc.missed_keys() if 'aten::relu' in k]
+            if stored < len(keys):
+                kc.put_kernel(keys[stored], src, spec); stored += 1
+            else:
+                kc.forget()
+            time.sleep(0.01)
+        for th in threads: th.join()
+        s = json.loads(kc.status())["ops"]["relu"]
+        print(json.dumps({{"bad": bad, "hits": s["hits"], "stored": stored}}))
+    """, KERNELCRAFT_CACHE_DIR=tmp_path / "cache", KERNELCRAFT_CATCH_UP_MS=1)
+    assert out["bad"] == [], out
+    assert out["hits"] > 0 and out["stored"] > 1, out
+
+
 @pytest.mark.parametrize("damage", ["garbage_files", "not_a_directory", "unreadable"])
 def test_broken_cache_means_eager_and_one_line(tmp_path, damage):
     cache = tmp_path / "broken"
