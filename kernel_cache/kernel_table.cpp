@@ -90,13 +90,14 @@ void KernelTable::retire() {
   std::unique_lock<std::mutex> g(store_->mu);
   store_->stop = true;
   store_->cv.notify_all();
-  if (!thread_.joinable()) return;
+  std::thread th = std::move(thread_);   // taken under the lock: a second retire finds nothing to join
+  if (!th.joinable()) return;
   // A thread stuck inside RocksDB cannot be interrupted; it keeps its shared state alive and is
   // left behind rather than holding up whoever retires the table.
   bool exited = store_->cv.wait_for(g, std::chrono::seconds(1), [&] { return store_->exited; });
   g.unlock();
-  if (exited) thread_.join();
-  else thread_.detach();
+  if (exited) th.join();
+  else th.detach();
 }
 
 void KernelTable::refresh() {

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -57,10 +58,11 @@ struct Gate {
     open = true;
     cv.notify_all();
   }
-  KernelTable::StoreOpener opener(const std::string& dir) {
-    return [this, dir]() -> Result<std::unique_ptr<Store>> {
-      std::unique_lock<std::mutex> g(mu);
-      cv.wait(g, [&] { return open; });
+  // The opener shares the gate, so a store thread left behind cannot outlive it.
+  static KernelTable::StoreOpener opener(std::shared_ptr<Gate> gate, const std::string& dir) {
+    return [gate, dir]() -> Result<std::unique_ptr<Store>> {
+      std::unique_lock<std::mutex> g(gate->mu);
+      gate->cv.wait(g, [&] { return gate->open; });
       return Store::open(dir, Store::Mode::kReader);
     };
   }
@@ -119,8 +121,8 @@ TEST(KernelTable, ADamagedCacheIsUnavailableAndEverythingMisses) {
 TEST(KernelTable, AHungStoreHoldsACallerAtMostTheWait) {
   TempDir d;
   put_record(d.path, "kc1|k", "served");
-  Gate gate;
-  KernelTable t(d.path, false, 10, /*store_wait_ms=*/100, gate.opener(d.path));
+  auto gate = std::make_shared<Gate>();
+  KernelTable t(d.path, false, 10, /*store_wait_ms=*/100, Gate::opener(gate, d.path));
   auto start = Clock::now();
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss) << "nothing can be known before the store opens";
   long long first = ms_since(start);
@@ -133,7 +135,7 @@ TEST(KernelTable, AHungStoreHoldsACallerAtMostTheWait) {
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
   EXPECT_LT(ms_since(start), 50);
   // Once the store answers, the key is found.
-  gate.release();
+  gate->release();
   EXPECT_TRUE(eventually(t, "kc1|k", Kind::kLoad));
   EXPECT_EQ(t.store_state(), "open");
 }
@@ -142,7 +144,7 @@ TEST(KernelTable, AStuckStoreThreadDoesNotHoldUpTheTablesEnd) {
   TempDir d;
   auto gate = std::make_shared<Gate>();
   {
-    KernelTable t(d.path, false, 10, 50, gate->opener(d.path));
+    KernelTable t(d.path, false, 10, 50, Gate::opener(gate, d.path));
     EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
     auto start = Clock::now();
     t.retire();
@@ -151,7 +153,7 @@ TEST(KernelTable, AStuckStoreThreadDoesNotHoldUpTheTablesEnd) {
     EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
     EXPECT_LT(ms_since(start), 50) << "a retired table never waits for its store";
   }
-  gate->release();   // the left-behind thread finishes; its shared state keeps the gate's opener valid
+  gate->release();   // the left-behind thread finishes (it shares the gate) and exits
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
 
