@@ -174,9 +174,19 @@ TEST(StaticCheck, Int32IndexDependsOnTheCallsSize) {
 TEST(StaticCheck, HostThingsDeviceCodeMustNotDo) {
   EXPECT_ERROR(cpu("#include <pthread.h>\n"), "include");
   EXPECT_ERROR(cpu("#include \"torch/extension.h\"\n"), "include");
-  EXPECT_ERROR(cuda("#include <cuda_fp16.h>\n"), "include");   // fp32 policy on fp32 data
   EXPECT_TRUE(cuda("#include <cooperative_groups.h>\n").ok());
   EXPECT_CLEAN(cpu("#include <math.h>\n#include <cstring>\n#include <limits>\n"));
+  // Headers of plain computation are fine out of habit; what the kernel does with them is judged.
+  EXPECT_CLEAN(cpu("#include <vector>\n#include <atomic>\n#include <numeric>\n#include <cstdlib>\n"));
+  EXPECT_ERROR(cpu("#include <thread>\n"), "include");
+  EXPECT_ERROR(cpu("#include <fstream>\n"), "include");
+  EXPECT_ERROR(cpu("#include <cstdlib>\nstatic const char* f() { return getenv(\"X\"); }\n"), "host-call");
+  EXPECT_TRUE(cuda("#include <cuda_fp16.h>\n#include <cuda_runtime.h>\n").ok()) << "including is not using";
+  EXPECT_ERROR(cuda("#include <cuda_fp16.h>\n__device__ float f(float x) { return __half2float(__float2half(x)); }\n"),
+               "reduced-precision");   // fp32 policy on fp32 data
+  EXPECT_ERROR(cuda("#include <cuda_runtime.h>\n__global__ void k(float* p) { cudaMalloc((void**)&p, 4); }\n"),
+               "host-call");
+  EXPECT_ERROR(cuda("#include <cstdio>\n"), "include");
   for (const char* call : {"pthread_create(0, 0, 0, 0);", "std::thread t;", "fork();", "system(\"ls\");",
                            "dlopen(0, 0);", "fopen(\"/proc/self/maps\", \"r\");", "getenv(\"X\");",
                            "mmap(0, 0, 0, 0, 0, 0);", "syscall(1);"}) {
