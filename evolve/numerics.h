@@ -30,8 +30,9 @@ struct InputSet {
 
 // An input set for `call`: eager's and the fp64 outputs on `inputs`, and per output the error
 // measure's tau (a tenth of the fp64 output's rms), eager's own error against fp64 and the budget
-// a candidate gets (4x eager's error, at least 16 units of roundoff of the output dtype, or of
-// bf16/tf32 under those precision policies). kInvalid if eager disagrees with the call's outputs.
+// a candidate gets: 4x eager's error, at least 16 units of roundoff of the output dtype (or of
+// bf16/tf32 under those precision policies), times max(1, sqrt(K)/8) for outputs that sum K inputs
+// each (the growth of plain fp32 accumulation). kInvalid if eager disagrees with the call's outputs.
 Result<InputSet> reference_set(const OpCall& call, const std::string& name, std::vector<at::Tensor> inputs);
 
 // max_i |x - r64| / (|r64| + tau) over positions where the eager reference is finite; *where gets
