@@ -142,8 +142,9 @@ def test_a_forked_child_serves_without_the_parents_threads(tmp_path):
         print(got.decode())
     """, KERNELCRAFT_CACHE_DIR=tmp_path / "cache", KERNELCRAFT_CATCH_UP_MS=50)
     assert out["ok"] and out["state"] == "open" and out["hits"] >= 1, out
-    # Each wait for a store thread that does not exist would cost 2 s.
-    assert out["secs"] < 1.9, out
+    # Each wait for a store thread that does not exist costs 2 s, and about 20 catch-ups fall due
+    # (the pre-fix build took ~45 s); 10 s leaves room for a loaded machine.
+    assert out["secs"] < 10, out
 
 
 def test_many_threads_while_the_cache_changes(tmp_path):

@@ -122,18 +122,19 @@ TEST(KernelTable, AHungStoreHoldsACallerAtMostTheWait) {
   TempDir d;
   put_record(d.path, "kc1|k", "served");
   auto gate = std::make_shared<Gate>();
-  KernelTable t(d.path, false, 10, /*store_wait_ms=*/100, Gate::opener(gate, d.path));
+  // Waits of 800 ms against bounds of 400 ms: loose enough for a loaded CI machine.
+  KernelTable t(d.path, false, 10, /*store_wait_ms=*/800, Gate::opener(gate, d.path));
   auto start = Clock::now();
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss) << "nothing can be known before the store opens";
   long long first = ms_since(start);
-  EXPECT_GE(first, 90);
-  EXPECT_LT(first, 2000);
+  EXPECT_GE(first, 790);
+  EXPECT_LT(first, 5000);
   EXPECT_EQ(t.store_state(), "not opened");
   // While the open is still stuck, later callers do not wait again.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   start = Clock::now();
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
-  EXPECT_LT(ms_since(start), 50);
+  EXPECT_LT(ms_since(start), 400);
   // Once the store answers, the key is found.
   gate->release();
   EXPECT_TRUE(eventually(t, "kc1|k", Kind::kLoad));
@@ -144,14 +145,15 @@ TEST(KernelTable, AStuckStoreThreadDoesNotHoldUpTheTablesEnd) {
   TempDir d;
   auto gate = std::make_shared<Gate>();
   {
-    KernelTable t(d.path, false, 10, 50, Gate::opener(gate, d.path));
+    KernelTable t(d.path, false, 10, 800, Gate::opener(gate, d.path));
     EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
     auto start = Clock::now();
     t.retire();
-    EXPECT_LT(ms_since(start), 1500) << "retire waits about a second for a stuck thread, then leaves it";
+    EXPECT_LT(ms_since(start), 3000) << "retire waits about a second for a stuck thread, then leaves it";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));   // a catch-up is due again
     start = Clock::now();
     EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss);
-    EXPECT_LT(ms_since(start), 50) << "a retired table never waits for its store";
+    EXPECT_LT(ms_since(start), 400) << "a retired table never waits for its store";
   }
   gate->release();   // the left-behind thread finishes (it shares the gate) and exits
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
