@@ -140,8 +140,9 @@ Status State::configure(const nlohmann::json& j) {
     apply_switches();
     if (reopen && table_) {
       // Old table stays allocated: calls in flight may still hold a reference to it. Its store
-      // thread stops; those calls see what it had loaded.
-      table_->retire();
+      // thread stops; those calls see what it had loaded. (A table inherited through fork() has
+      // no thread here to stop.)
+      if (table_fork_ == fork_generation()) table_->retire();
       (void)table_.release();
     }
     ops = cfg_.ops;
