@@ -65,6 +65,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 bool valid_policy(const std::string& p) { return p == "fp32" || p == "tf32" || p == "bf16"; }
+bool valid_llm_api(const std::string& a) { return a == "openai" || a == "anthropic"; }
 bool valid_level(const std::string& l) {
   return l == "debug" || l == "info" || l == "warn" || l == "error" || l == "off";
 }
@@ -143,7 +144,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       else if (k == "worker_idle_s") n.worker_idle_s = v.get<double>();
       else if (k == "llm_api") {
         n.llm_api = v.get<std::string>();
-        if (n.llm_api != "openai" && n.llm_api != "anthropic")
+        if (!valid_llm_api(n.llm_api))
           return Status::error(Code::kInvalid, "llm_api must be openai or anthropic");
       } else if (k == "llm_url") n.llm_url = v.get<std::string>();
       else if (k == "llm_model") n.llm_model = v.get<std::string>();
@@ -200,7 +201,7 @@ Config load_config() {
   if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
   if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
   if (const char* v = env("KERNELCRAFT_LLM_API")) {
-    if (std::string(v) == "openai" || std::string(v) == "anthropic") c.llm_api = v;
+    if (valid_llm_api(v)) c.llm_api = v;
     else log_once(LogLevel::kWarn, "config-llm-api", std::string("KERNELCRAFT_LLM_API=") + v + " is not openai|anthropic; using " + c.llm_api);
   }
   if (const char* v = env("KERNELCRAFT_LLM_URL")) c.llm_url = v;
