@@ -1,0 +1,28 @@
+// Double-precision references for the CPU template tests (test_templates_cpu.cpp): the exact
+// value of every output of the 16 default ops from the float inputs, with a per-element scale
+// that follows the formula's conditioning.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "evolve/op_call.h"
+
+namespace kc::evolve::cpu_ref {
+
+// Buffers by binding tensor name; outputs are poisoned with NaN.
+using Buffers = std::map<std::string, std::vector<float>>;
+
+// An element passes when |got - ref| <= k * FLT_EPSILON * scale (+ 1e-37 for results that
+// underflow float).
+struct Expect {
+  std::vector<double> ref, scale;
+  double k = 8;
+};
+
+// One Expect per output of `c` (empty for outputs the call does not produce).
+std::vector<Expect> reference(const OpCall& c, Buffers& b);
+// "" when `got` is within `e`; otherwise the first few mismatches.
+std::string compare(const std::vector<float>& got, const Expect& e);
+
+}  // namespace kc::evolve::cpu_ref
