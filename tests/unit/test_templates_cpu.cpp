@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "evolve/proposer.h"
-#include "tests/unit/template_cpu_reference.h"
 #include "evolve/static_check.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/launch_spec.h"
+#include "tests/unit/template_cpu_reference.h"
 
 namespace kc::evolve {
 namespace {

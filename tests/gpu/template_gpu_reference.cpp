@@ -1,0 +1,272 @@
+// Host-side data for the CUDA template tests; see template_gpu_reference.h.
+#include "tests/gpu/template_gpu_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "runtime/ops.h"
+
+namespace kc::evolve::gpu_ref {
+
+// ---- host fp16 / bf16 (round to nearest even) ----------------------------------------------------
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);   // rounds to inf
+  if (a < 0x33000001u) return static_cast<uint16_t>(sign);               // below half the smallest subnormal
+  int e = static_cast<int>(a >> 23) - 127;
+  uint32_t m = (a & 0x7fffffu) | 0x800000u;
+  int shift = e < -14 ? 13 + (-14 - e) : 13;   // subnormals lose more bits
+  uint32_t r = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1u))) ++r;
+  uint32_t bits = e < -14 ? r : ((static_cast<uint32_t>(e + 15) << 10) + (r - 0x400u));
+  return static_cast<uint16_t>(sign | bits);
+}
+float from_f16(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ffu, u;
+  if (e == 0) {
+    float f = std::ldexp(static_cast<float>(m), -24);
+    return sign ? -f : f;
+  }
+  if (e == 31) u = sign | 0x7f800000u | (m << 13);
+  else u = sign | ((e + 112) << 23) | (m << 13);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- fp64 references ---------------------------------------------------------------------------
+
+namespace {
+
+double gelu(double x, bool tanh_approx) {
+  if (!tanh_approx) return 0.5 * x * (1 + std::erf(x * M_SQRT1_2));
+  const double k = std::sqrt(2 / M_PI);
+  return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+double gelu_grad(double x, bool tanh_approx) {
+  if (!tanh_approx) return 0.5 * (1 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+  const double k = std::sqrt(2 / M_PI), inner = k * (x + 0.044715 * x * x * x), t = std::tanh(inner);
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+double sigm(double x) { return 1 / (1 + std::exp(-x)); }
+
+}  // namespace
+
+// Inputs by name (schema order) -> expected outputs (out0, out1, ...; empty for absent ones).
+std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const bool tanh_approx = c.string_arg("approximate", "none") == "tanh";
+  auto each = [](const Vec& a, const std::function<double(double)>& f, const std::function<double(double)>& sc) {
+    Expect e;
+    for (double x : a) {
+      e.ref.push_back(f(x));
+      e.scale.push_back(sc(x));
+    }
+    return std::vector<Expect>{e};
+  };
+  auto each2 = [](const Vec& g, const Vec& b, const std::function<double(double, double)>& f) {
+    Expect e;
+    for (size_t i = 0; i < g.size(); ++i) {
+      e.ref.push_back(f(g[i], b[i]));
+      e.scale.push_back(std::fabs(g[i]) * (1 + (std::isfinite(b[i]) ? std::fabs(b[i]) : 0.0)));
+    }
+    return std::vector<Expect>{e};
+  };
+  auto mag = [](double x) { return 1 + (std::isfinite(x) ? std::fabs(x) : 0.0); };
+  switch (c.op) {
+    case OpId::kRelu: return each(in.at("self"), [](double x) { return (x > 0 || std::isnan(x)) ? x : 0.0; }, mag);
+    case OpId::kGelu: return each(in.at("self"), [&](double x) { return gelu(x, tanh_approx); }, mag);
+    case OpId::kSilu: return each(in.at("self"), [](double x) { return x * sigm(x); }, mag);
+    case OpId::kSigmoid: return each(in.at("self"), sigm, mag);
+    case OpId::kTanh: return each(in.at("self"), [](double x) { return std::tanh(x); }, mag);
+    case OpId::kReluBackward: {
+      const float th = static_cast<float>(c.double_arg("threshold", 0));
+      const double t = Host::round(c.inputs[0].dtype, th);
+      return each2(in.at("grad_output"), in.at("self"), [t](double g, double x) { return x <= t ? 0.0 : g; });
+    }
+    case OpId::kGeluBackward:
+      return each2(in.at("grad_output"), in.at("self"), [&](double g, double x) { return g * gelu_grad(x, tanh_approx); });
+    case OpId::kSiluBackward:
+      return each2(in.at("grad_output"), in.at("self"),
+                   [](double g, double x) { return g * sigm(x) * (1 + x * (1 - sigm(x))); });
+    case OpId::kSigmoidBackward:
+      return each2(in.at("grad_output"), in.at("output"), [](double g, double y) { return g * (1 - y) * y; });
+    case OpId::kTanhBackward:
+      return each2(in.at("grad_output"), in.at("output"), [](double g, double y) { return g * (1 - y * y); });
+    default: break;
+  }
+  const bool log = c.op == OpId::kLogSoftmax || c.op == OpId::kLogSoftmaxBackward;
+  if (c.op == OpId::kSoftmax || c.op == OpId::kLogSoftmax) {
+    const Vec& x = in.at("self");
+    const size_t L = c.inputs[0].sizes.back(), R = x.size() / L;
+    Expect e{Vec(x.size()), Vec(x.size())};
+    for (size_t r = 0; r < R; ++r) {
+      const double* xr = &x[r * L];
+      double m = -INFINITY;
+      for (size_t j = 0; j < L; ++j) m = std::max(m, xr[j]);
+      double s = 0;
+      for (size_t j = 0; j < L; ++j) s += std::exp(xr[j] - m);
+      for (size_t j = 0; j < L; ++j) {
+        e.ref[r * L + j] = log ? (xr[j] - m) - std::log(s) : std::exp(xr[j] - m) / s;
+        e.scale[r * L + j] = log ? 1 + std::fabs(xr[j] - m) + std::fabs(std::log(s)) : e.ref[r * L + j] + 1e-30;
+      }
+    }
+    return {e};
+  }
+  if (c.op == OpId::kSoftmaxBackward || c.op == OpId::kLogSoftmaxBackward) {
+    const Vec &g = in.at("grad_output"), &y = in.at("output");
+    const size_t L = c.inputs[0].sizes.back(), R = g.size() / L;
+    Expect e{Vec(g.size()), Vec(g.size())};
+    for (size_t r = 0; r < R; ++r) {
+      double d = 0, da = 0;
+      for (size_t j = 0; j < L; ++j) {
+        d += log ? g[r * L + j] : g[r * L + j] * y[r * L + j];
+        da += std::fabs(log ? g[r * L + j] : g[r * L + j] * y[r * L + j]);
+      }
+      for (size_t j = 0; j < L; ++j) {
+        const double gj = g[r * L + j], yj = y[r * L + j];
+        e.ref[r * L + j] = log ? gj - std::exp(yj) * d : yj * (gj - d);
+        e.scale[r * L + j] = log ? std::fabs(gj) + std::exp(yj) * da : std::fabs(yj) * (std::fabs(gj) + da);
+      }
+    }
+    return {e};
+  }
+  // Layer norm forward and backward: M rows of N.
+  const Vec& x = in.at("input");
+  int64_t N = 1;
+  for (int64_t s : c.list_arg("normalized_shape")) N *= s;
+  const int64_t M = static_cast<int64_t>(x.size()) / N;
+  const bool hw = c.input("weight")->defined, hb = c.input("bias")->defined;
+  if (c.op == OpId::kLayerNorm) {
+    const double eps = c.double_arg("eps", 1e-5);
+    Expect y{Vec(x.size()), Vec(x.size())}, mean{Vec(M), Vec(M)}, rstd{Vec(M), Vec(M)};
+    for (int64_t r = 0; r < M; ++r) {
+      const double* xr = &x[r * N];
+      double mu = 0, var = 0;
+      for (int64_t j = 0; j < N; ++j) mu += xr[j];
+      mu /= N;
+      for (int64_t j = 0; j < N; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+      var /= N;
+      const double rs = 1 / std::sqrt(var + eps);
+      mean.ref[r] = mu;
+      mean.scale[r] = std::fabs(mu) + std::sqrt(var);
+      rstd.ref[r] = rs;
+      rstd.scale[r] = rs * (1 + std::fabs(mu) * rs / 64);   // the mean's rounding moves var by ~eps*|mu|*std
+      for (int64_t j = 0; j < N; ++j) {
+        const double w = hw ? in.at("weight")[j] : 1, b = hb ? in.at("bias")[j] : 0, xh = (xr[j] - mu) * rs;
+        y.ref[r * N + j] = xh * w + b;
+        y.scale[r * N + j] = std::fabs(w) * (1 + std::fabs(xh) + std::fabs(mu) * rs / 64) + std::fabs(b);
+      }
+    }
+    return {y, mean, rstd};
+  }
+  const Vec &g = in.at("grad_out"), &mu = in.at("mean"), &rs = in.at("rstd");
+  std::vector<Expect> out(3);
+  if (c.outputs[0].defined) out[0] = {Vec(x.size()), Vec(x.size())};
+  if (c.outputs[1].defined) out[1] = {Vec(N, 0.0), Vec(N, 0.0)};
+  if (c.outputs[2].defined) out[2] = {Vec(N, 0.0), Vec(N, 0.0)};
+  for (int64_t r = 0; r < M; ++r) {
+    double a = 0, b = 0, aa = 0, ba = 0;
+    for (int64_t j = 0; j < N; ++j) {
+      const double w = hw ? in.at("weight")[j] : 1, wg = w * g[r * N + j], xh = (x[r * N + j] - mu[r]) * rs[r];
+      a += wg;
+      b += wg * xh;
+      aa += std::fabs(wg);
+      ba += std::fabs(wg * xh);
+      if (c.outputs[1].defined) {
+        out[1].ref[j] += g[r * N + j] * xh;
+        out[1].scale[j] += std::fabs(g[r * N + j] * xh);
+      }
+      if (c.outputs[2].defined) {
+        out[2].ref[j] += g[r * N + j];
+        out[2].scale[j] += std::fabs(g[r * N + j]);
+      }
+    }
+    if (!c.outputs[0].defined) continue;
+    for (int64_t j = 0; j < N; ++j) {
+      const double w = hw ? in.at("weight")[j] : 1, wg = w * g[r * N + j], xh = (x[r * N + j] - mu[r]) * rs[r];
+      out[0].ref[r * N + j] = rs[r] * (wg - a / N - xh * b / N);
+      out[0].scale[r * N + j] = rs[r] * (std::fabs(wg) + aa / N + std::fabs(xh) * (1 + ba / N));
+    }
+  }
+  return out;
+}
+
+// ---- inputs --------------------------------------------------------------------------------------
+
+// Values for one input of `c`, rounded to its dtype. Elementwise inputs get specials (NaN, +-inf,
+// signed zeros, huge and tiny values) at the front; softmax rows get large offsets, a row of huge
+// magnitude and a row holding -inf; layer norm rows have non-zero means.
+Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
+  const int64_t n = t.numel();
+  std::normal_distribution<double> nd(0, 1);
+  std::uniform_real_distribution<double> ud(-1, 1);
+  Vec v(n);
+  const OpFamily fam = op_info(c.op).family;
+  if (fam == OpFamily::kUnary || fam == OpFamily::kUnaryBackward) {
+    const bool lead_grad = t.name == "grad_output";
+    for (auto& x : v) x = lead_grad ? 2 * ud(rng) : 6 * ud(rng);
+    if (t.name == "output") {
+      for (auto& x : v) x = c.op == OpId::kSigmoidBackward ? 0.5 + 0.5 * ud(rng) : ud(rng);
+    } else if (!lead_grad) {
+      const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 100, -100, 1e-30, 0.25, 1, -1, 30, -30};
+      for (size_t i = 0; i < sizeof(specials) / sizeof(double) && i < v.size(); ++i) v[i] = specials[i];
+    }
+  } else if (c.op == OpId::kSoftmax || c.op == OpId::kLogSoftmax) {
+    const int64_t L = t.sizes.back();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = i / L;
+      v[i] = r % 3 == 1 ? 40 + 4 * nd(rng) : r % 5 == 2 ? 3e4 * nd(rng) : 3 * nd(rng);
+    }
+    if (n / L > 3) v[3 * L + (L > 1 ? 1 : 0)] = -INFINITY;
+  } else if (fam == OpFamily::kSoftmaxBackward) {
+    const int64_t L = t.sizes.back();
+    if (t.name == "grad_output") {
+      for (auto& x : v) x = nd(rng);
+    } else {   // a valid (log-)softmax output
+      for (int64_t r = 0; r < n / L; ++r) {
+        double s = 0;
+        for (int64_t j = 0; j < L; ++j) s += (v[r * L + j] = std::exp(2 * nd(rng)));
+        for (int64_t j = 0; j < L; ++j) {
+          const double p = v[r * L + j] / s;
+          v[r * L + j] = c.op == OpId::kLogSoftmaxBackward ? std::log(p) : p;
+        }
+      }
+    }
+  } else {   // layer norm: rows with their own offset and spread
+    if (t.name == "weight") for (auto& x : v) x = 1 + 0.5 * ud(rng);
+    else if (t.name == "bias") for (auto& x : v) x = ud(rng);
+    else if (t.name == "grad_out") for (auto& x : v) x = nd(rng);
+    else {
+      const int64_t N = n / std::max<int64_t>(1, c.outputs.size() == 3 && c.op == OpId::kLayerNorm
+                                                     ? c.outputs[1].numel() : c.input("mean")->numel());
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = i / N;
+        v[i] = (r % 4 == 3 ? 100.0 : 3.0 * (r % 3)) + (1 + r % 2) * nd(rng);
+      }
+    }
+  }
+  for (auto& x : v) x = Host::round(t.dtype, x);
+  return v;
+}
+
+}  // namespace kc::evolve::gpu_ref

@@ -1,0 +1,73 @@
+// Host-side data for the CUDA template tests (test_templates_gpu.cpp): fp16/bf16 rounding, host
+// tensors, fp64 references of the 16 default ops with a per-element error scale, and the inputs
+// that exercise each family (specials, offset rows, -inf, huge rows).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "evolve/op_call.h"
+
+namespace kc::evolve::gpu_ref {
+
+using Vec = std::vector<double>;
+
+uint16_t to_bf16(float f);
+float from_bf16(uint16_t h);
+uint16_t to_f16(float f);
+float from_f16(uint16_t h);
+
+// A host tensor: its values as the device type rounds them, and the bytes to upload.
+struct Host {
+  DType dt = DType::kF32;
+  Vec v;
+  std::string bytes() const {
+    std::string b(v.size() * dtype_size(dt), '\0');
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (dt == DType::kF32) {
+        float f = static_cast<float>(v[i]);
+        std::memcpy(&b[i * 4], &f, 4);
+      } else {
+        uint16_t h = dt == DType::kF16 ? to_f16(static_cast<float>(v[i])) : to_bf16(static_cast<float>(v[i]));
+        std::memcpy(&b[i * 2], &h, 2);
+      }
+    }
+    return b;
+  }
+  static double round(DType dt, double x) {
+    float f = static_cast<float>(x);
+    if (dt == DType::kF16) return from_f16(to_f16(f));
+    if (dt == DType::kBF16) return from_bf16(to_bf16(f));
+    return f;
+  }
+  static Vec decode(DType dt, const std::string& b) {
+    Vec v(b.size() / dtype_size(dt));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (dt == DType::kF32) {
+        float f;
+        std::memcpy(&f, &b[i * 4], 4);
+        v[i] = f;
+      } else {
+        uint16_t h;
+        std::memcpy(&h, &b[i * 2], 2);
+        v[i] = dt == DType::kF16 ? from_f16(h) : from_bf16(h);
+      }
+    }
+    return v;
+  }
+};
+
+// An expected output with a per-element error scale: |out - ref| <= rtol * scale + atol.
+struct Expect {
+  Vec ref, scale;
+};
+
+// Inputs by name (schema order) -> expected outputs (out0, out1, ...; empty for absent ones).
+std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>& in);
+// Values for one input of `c`, rounded to its dtype.
+Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+
+}  // namespace kc::evolve::gpu_ref
