@@ -9,6 +9,7 @@
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/timing.h"
+#include "tests/gpu/gpu_fixture.h"
 
 namespace kc {
 namespace {
@@ -50,38 +51,21 @@ extern "C" __global__ void kc_big_smem(float* out, int words) {
 extern "C" __global__ void __launch_bounds__(128) kc_bounded(float* out) { out[threadIdx.x] = 1.f; }
 )J";
 
-struct Gpu : ::testing::Test {
-  const DriverApi* d = nullptr;
-  Backend* b = nullptr;
-  CUcontext primary = nullptr;
-  CUdevice dev = 0;
-  CUstream stream = nullptr;
+struct Gpu : GpuFixture {
   CompileOutput bin;
 
   void SetUp() override {
     auto be = cuda_backend(0);
     if (!be.is_ok()) GTEST_SKIP() << "no usable CUDA device: " << be.status().to_string();
-    b = be.value();
-    d = cuda_driver().value();
-    ASSERT_EQ(d->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-    ASSERT_EQ(d->cuDevicePrimaryCtxRetain(&primary, dev), CUDA_SUCCESS);
-    ASSERT_EQ(d->cuCtxSetCurrent(primary), CUDA_SUCCESS);
-    ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    acquire(be.value());
+    if (HasFatalFailure()) return;
     auto c = b->compile(kSource);
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     bin = c.value();
   }
-  void TearDown() override {
-    for (CUdeviceptr p : allocs) d->cuMemFree(p);
-    if (stream) d->cuStreamDestroy(stream);
-    if (primary) d->cuDevicePrimaryCtxRelease(dev);
-  }
 
-  std::vector<CUdeviceptr> allocs;
   CUdeviceptr upload(const std::vector<float>& h) {
-    CUdeviceptr p = 0;
-    EXPECT_EQ(d->cuMemAlloc(&p, std::max<size_t>(h.size(), 1) * sizeof(float)), CUDA_SUCCESS);
-    allocs.push_back(p);
+    CUdeviceptr p = alloc(h.size() * sizeof(float), sizeof(float));
     if (!h.empty()) {
       EXPECT_EQ(d->cuMemcpyHtoD(p, h.data(), h.size() * sizeof(float)), CUDA_SUCCESS);
     }

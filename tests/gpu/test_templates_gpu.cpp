@@ -23,6 +23,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 #include "runtime/timing.h"
+#include "tests/gpu/gpu_fixture.h"
 #include "tests/gpu/template_gpu_reference.h"
 
 namespace kc::evolve {
@@ -37,36 +38,14 @@ using gpu_ref::Vec;
 
 // ---- the fixture -----------------------------------------------------------------------------
 
-struct Gpu : ::testing::Test {
-  const DriverApi* d = nullptr;
-  Backend* b = nullptr;
-  CUcontext primary = nullptr;
-  CUdevice dev = 0;
-  CUstream stream = nullptr;
-  std::vector<CUdeviceptr> allocs;
-
+struct Gpu : GpuFixture {
   void SetUp() override {
     Status avail = cuda_available(0);
     if (!avail.is_ok()) GTEST_SKIP() << "no usable CUDA device: " << avail.to_string();
     auto be = cuda_backend(0);
     ASSERT_TRUE(be.is_ok()) << be.status().to_string();
-    b = be.value();
-    d = cuda_driver().value();
-    ASSERT_EQ(d->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-    ASSERT_EQ(d->cuDevicePrimaryCtxRetain(&primary, dev), CUDA_SUCCESS);
-    ASSERT_EQ(d->cuCtxSetCurrent(primary), CUDA_SUCCESS);
-    ASSERT_EQ(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-  }
-  void TearDown() override {
-    for (CUdeviceptr p : allocs) d->cuMemFree(p);
-    if (stream) d->cuStreamDestroy(stream);
-    if (primary) d->cuDevicePrimaryCtxRelease(dev);
-  }
-  CUdeviceptr alloc(size_t bytes) {
-    CUdeviceptr p = 0;
-    EXPECT_EQ(d->cuMemAlloc(&p, std::max<size_t>(bytes, 16)), CUDA_SUCCESS);
-    allocs.push_back(p);
-    return p;
+    acquire(be.value());
+    if (HasFatalFailure()) return;
   }
   std::string download(CUdeviceptr p, size_t bytes) {
     std::string h(bytes, '\0');
