@@ -1,4 +1,4 @@
-"""Eager times of the intercepted operators at the anchor shapes (shared/anchors/), with their
+"""Eager times of the intercepted operators at the anchor shapes (docs/PERF.md), with their
 memory floors, on the current GPU. Method: L2 flushed (a 256 MB write) before each timed call, CUDA
 events around the call, a device-wide synchronize before reading the end event, median of >= 30.
 
@@ -12,7 +12,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-COPY_BW = 4.17e12  # bytes/s, measured device-to-device copy on the H200 (shared/anchors/)
+COPY_BW = 4.17e12  # bytes/s: the H200 copy bandwidth measured on the device, see docs/PERF.md
 
 
 def bench(fn, reps=30, budget_s=2.0):

@@ -1,4 +1,4 @@
-// The serving path's only link to evolution: "submit a job" (shared/DESIGN.md). A first miss
+// The serving path's only link to evolution: "submit a job" (docs/DESIGN.md). A first miss
 // hands the key and a copy of the call's inputs to a background thread of this process, which
 // writes the job file and makes sure a worker serves the cache. Nothing here blocks the caller
 // beyond cloning the inputs on the current stream, throws, or runs candidate code.

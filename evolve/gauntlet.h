@@ -1,6 +1,7 @@
 // The verification gauntlet: cheap to expensive, fail fast, every stage a typed outcome with
-// evidence (shared/DESIGN.md "Verification gauntlet"). Runs in the evaluation child (never in a
-// user's process): a candidate that faults there ends that process only.
+// evidence (docs/DESIGN.md "Verification"; docs/DEFECTS.md for what each stage catches). Runs in
+// the evaluation child (never in a user's process): a candidate that faults there ends that
+// process only.
 //
 // Stages, in order:
 //   static     source rules (static_check.h): device state, clocks, L2 tricks, precision, host calls

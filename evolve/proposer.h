@@ -1,6 +1,6 @@
 // Proposers: op-family templates with knobs. A template renders device code plus a launch spec for
 // one call and one knob setting; the search mutates and crosses knob settings. Proposers never ship
-// host code (shared/DESIGN.md "Kernels and launch specs").
+// host code (docs/DESIGN.md "Launch specs").
 #pragma once
 #include <map>
 #include <string>

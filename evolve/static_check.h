@@ -1,7 +1,7 @@
 // The static source check of the verification gauntlet: a table of rules over a candidate's device
 // code (CUDA or CPU) that rejects what no test input can reliably expose (mutable state surviving
 // launches, clocks, L2 residency tricks, precision the policy forbids, host calls) and records what
-// deserves a look (inline asm, 32-bit index math on small keys). Torch-free; shared/DEFECTS.md names
+// deserves a look (inline asm, 32-bit index math on small keys). Torch-free; docs/DEFECTS.md names
 // the classes (Dxx) each rule stands for.
 #pragma once
 #include <cstdint>

@@ -5,7 +5,7 @@
 // writer holds the lock, and close it again. Serving processes open it as kReader: a RocksDB
 // secondary instance that sees later writes after catch_up(). kReadOnly serves a shipped cache
 // from a directory that may be read-only. Compression is off everywhere: inside a CUDA-initialised
-// torch process RocksDB's compressed flush crashed on the H200 (shared/device/README.md), and
+// torch process RocksDB's compressed flush crashed on the H200 (docs/GPU_MACHINE.md), and
 // records are small.
 #pragma once
 #include <functional>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200 machine (see shared/device/README.md): build against its torch with the carried
+# On the H200 machine (see docs/GPU_MACHINE.md): build against its torch with the carried
 # sysroot (.device-deps), then the stages named on the command line (default: all). Logs to $OUT.
 #   OUT=... scripts/device_run.sh [tests] [corpus] [gauntlet] [evolve] [train] [perf]
 set -uo pipefail
