@@ -1,6 +1,7 @@
 // Lazy loading of libcuda and libnvrtc into the tables of cuda_api.h (one call_once each).
 #include "runtime/cuda_api.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <unistd.h>
@@ -108,18 +109,45 @@ std::vector<std::string> nvrtc_candidates() {
   return c;
 }
 
-// Where the toolkit's device headers are, for kernels that include cuda_fp16.h or cuda_bf16.h.
-std::string cuda_include_dir(const std::string& nvrtc_path) {
-  std::vector<std::string> dirs;
-  // A bare soname has no directory of its own: ask the loader where it found it.
-  std::string real = nvrtc_path;
-  if (void* h = dlopen(nvrtc_path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
-    struct link_map* lm = nullptr;
-    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) real = lm->l_name;
-    dlclose(h);
-  }
+// The directory the loader took an opened library from ("" if unknown): a bare soname has no
+// directory of its own, so ask the loader where it found it.
+std::string loaded_dir(void* h) {
+  struct link_map* lm = nullptr;
+  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name) return "";
+  std::string real = lm->l_name;
   size_t slash = real.rfind('/');
-  if (slash != std::string::npos) dirs.push_back(real.substr(0, slash) + "/../include");
+  return slash == std::string::npos ? "" : real.substr(0, slash);
+}
+
+// libnvrtc dlopens its builtins by bare name at the first compile. From a pip wheel
+// (nvidia/cu13/lib) or a toolkit directory that is not on the loader's search path that fails
+// ("failed to open libnvrtc-builtins.so.13.0"). Loading the builtins from libnvrtc's own directory
+// first, by full path, makes that later lookup find the loaded copy by its soname. Never closed,
+// like libnvrtc itself.
+void preload_nvrtc_builtins(const std::string& dir, int major, int minor) {
+  if (dir.empty()) return;
+  std::vector<std::string> names = {"libnvrtc-builtins.so." + std::to_string(major) + "." + std::to_string(minor)};
+  if (DIR* d = opendir(dir.c_str())) {
+    while (const dirent* e = readdir(d))
+      if (std::string n = e->d_name; n.rfind("libnvrtc-builtins.so", 0) == 0 && n != names[0]) names.push_back(n);
+    closedir(d);
+  }
+  for (const auto& n : names) {
+    const std::string full = dir + "/" + n;
+    if (access(full.c_str(), R_OK) != 0) continue;
+    if (dlopen(full.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      log(LogLevel::kDebug, "NVRTC builtins from " + full);
+      return;
+    }
+    const char* e = dlerror();
+    log(LogLevel::kDebug, "cannot preload " + full + ": " + (e ? e : "dlopen failed"));
+  }
+}
+
+// Where the toolkit's device headers are, for kernels that include cuda_fp16.h or cuda_bf16.h.
+std::string cuda_include_dir(const std::string& nvrtc_dir) {
+  std::vector<std::string> dirs;
+  if (!nvrtc_dir.empty()) dirs.push_back(nvrtc_dir + "/../include");
   if (const char* home = std::getenv("CUDA_HOME"); home && *home) dirs.push_back(std::string(home) + "/include");
   dirs.push_back("/usr/local/cuda/include");
   for (const auto& d : dirs)
@@ -181,7 +209,9 @@ void load_nvrtc(NvrtcState& s) {
     return;
   }
   a.path = path;
-  a.include_dir = cuda_include_dir(path);
+  const std::string dir = loaded_dir(h);
+  preload_nvrtc_builtins(dir, a.major, a.minor);
+  a.include_dir = cuda_include_dir(dir);
   log(LogLevel::kDebug, "NVRTC " + std::to_string(a.major) + "." + std::to_string(a.minor) + " from " + path);
 }
 

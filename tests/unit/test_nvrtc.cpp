@@ -1,5 +1,6 @@
 // NVRTC without a GPU: CUBINs for sm_90, compile errors with the log, and a clean "no CUDA" path.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -7,6 +8,8 @@
 #include <sstream>
 
 #include "runtime/cuda_backend.h"
+#include "runtime/fsutil.h"
+#include "runtime/subprocess.h"
 
 namespace kc {
 namespace {
@@ -52,6 +55,28 @@ TEST(Nvrtc, CompilesACubinForSm90WithoutAGpu) {
   EXPECT_GT(out->millis, 0);
   // The entry name survives unmangled in the CUBIN's symbol table.
   EXPECT_NE(out->binary.find("kc_relu"), std::string::npos);
+}
+
+// NVRTC must be found the way a fresh machine offers it: the pip wheel's libnvrtc and its builtins
+// side by side in a directory the loader does not search, no LD_LIBRARY_PATH, no CUDA_HOME. The
+// same compile runs again in a child whose environment is scrubbed to PATH alone; it must pass
+// there (not skip): a builtins lookup that only works through the environment fails this test.
+TEST(Nvrtc, CompilesInAScrubbedEnvironment) {
+  SKIP_WITHOUT_NVRTC();
+  const std::string out = std::filesystem::temp_directory_path() / ("kc-nvrtc-child-" + std::to_string(getpid()) + ".txt");
+  ProcessOptions o;
+  o.timeout_s = 120;
+  o.output_path = out;
+  auto r = run_process({"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "KERNELCRAFT_REQUIRE_NVRTC=1", self_exe(),
+                        "--gtest_filter=Nvrtc.CompilesACubinForSm90WithoutAGpu"}, o);
+  std::ifstream f(out);
+  std::stringstream log;
+  log << f.rdbuf();
+  std::filesystem::remove(out);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(r->ok()) << log.str();
+  EXPECT_NE(log.str().find("[  PASSED  ] 1 test"), std::string::npos) << log.str();
+  EXPECT_EQ(log.str().find("SKIPPED"), std::string::npos) << log.str();
 }
 
 TEST(Nvrtc, SyntaxErrorIsACompileErrorWithTheLog) {
