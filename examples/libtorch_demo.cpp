@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstdio>
+#include <string>
 
 int main() {
   auto status = c10::Dispatcher::singleton().findSchemaOrThrow("kernelcraft::status", "")

@@ -1,9 +1,8 @@
 // POSIX implementations of the file helpers (see fsutil.h for why not std::filesystem).
 #include "runtime/fsutil.h"
 
-#include <sstream>
-
 #include <fstream>
+#include <sstream>
 
 #include <dirent.h>
 #include <ftw.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 

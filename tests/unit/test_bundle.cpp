@@ -1,6 +1,7 @@
 // Bundles: export/import round trips, filters, and damaged bundles handled without harm.
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <gtest/gtest.h>
 
