@@ -180,9 +180,33 @@ class RocksStore final : public Store {
   std::string secondary_;  // kReader only: removed on close
 };
 
+// RocksDB's own files: a MANIFEST, table files, write-ahead logs (digits + ".log"; worker.log is ours).
+bool has_database_files(const std::string& dir) {
+  bool found = false;
+  list_dir(dir, [&](const std::string& n) {
+    const auto ends = [&](const char* sfx) {
+      const size_t k = std::strlen(sfx);
+      return n.size() > k && n.compare(n.size() - k, k, sfx) == 0;
+    };
+    const bool wal = ends(".log") && std::isdigit(static_cast<unsigned char>(n[0]));
+    if (n.rfind("MANIFEST-", 0) == 0 || ends(".sst") || wal) found = true;
+  });
+  return found;
+}
+
+// A database whose CURRENT is gone but whose files are still there is damaged, not absent. Opening
+// it with create_if_missing would start an empty database over it and delete the old table files
+// as obsolete (seen: 2000 records became 157 after `rm CURRENT` and two puts), so nobody may.
+Status check_not_orphaned(const std::string& dir) {
+  if (path_exists(dir + "/CURRENT") || !has_database_files(dir)) return Status::ok();
+  return Status::error(Code::kCorrupt, "kernel cache in " + dir + " is damaged: CURRENT is missing but its "
+                       "database files are there; nothing was changed (`kernelcraft cache repair` salvages it)");
+}
+
 Result<std::unique_ptr<rocksdb::DB>> open_writer(const std::string& dir, int lock_wait_ms) {
   if (!make_dirs(dir))
     return Status::error(Code::kIOError, "cannot create cache directory " + dir + ": " + std::strerror(errno));
+  KC_RETURN_IF_ERROR(check_not_orphaned(dir));
   rocksdb::Options o = base_options(Store::Mode::kWriter);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, lock_wait_ms));
   int backoff_ms = 5;
@@ -211,6 +235,7 @@ Result<std::unique_ptr<Store>> open_impl(const std::string& dir, Store::Mode mod
     return std::unique_ptr<Store>(new RocksStore(std::move(db).value(), mode, dir, ""));
   }
   // Readers never create anything in `dir`: a missing database is simply "nothing cached yet".
+  KC_RETURN_IF_ERROR(check_not_orphaned(dir));
   if (!path_exists(dir + "/CURRENT"))
     return Status::error(Code::kNotFound, "no kernel cache in " + dir);
   rocksdb::Options o = base_options(mode);

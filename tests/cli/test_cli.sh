@@ -58,11 +58,21 @@ expect 0 targets --json
 jcheck 'j[0]["backend"] == "cpu" and j[0]["target"].startswith("cpu-")'
 TARGET=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['target'])" "$OUT")
 
-# ---- a cache that does not exist yet: readers fail, nothing is created
-expect 1 --cache-dir "$CACHE" cache ls
-expect 1 --cache-dir "$CACHE" cache stats
+# ---- a cache that does not exist yet: read commands list it as empty (exit 0), a key in it is
+# still missing (exit 1), and nothing is created
+expect 0 --cache-dir "$CACHE" cache ls --json
+jcheck 'j == []'
+expect 0 --cache-dir "$CACHE" cache ls
+grep -q "no kernel cache" "$ERR" || fail "cache ls on a missing cache does not say so: $(cat "$ERR")"
+expect 0 --cache-dir "$CACHE" cache stats --json
+jcheck 'j["records"] == 0 and j["by_state"] == {}'
+expect 0 --cache-dir "$CACHE" cache export "$WORK/empty.kcb" --json
+jcheck 'j["exported"] == 0'
+expect 1 --cache-dir "$CACHE" cache show "kc1|x|aten::relu|fp32"
 expect 1 --cache-dir "$CACHE" cache rm "kc1|x|aten::relu|fp32"
 [ -e "$CACHE" ] && fail "a read command created the cache"
+expect 0 --cache-dir "$WORK/other-empty" cache import "$WORK/empty.kcb" --json
+jcheck 'j["imported"] == 0 and j["rejected"] == 0'
 
 # ---- put
 KEY1="kc1|$TARGET|aten::relu|fp32|self=T:f32[1024]s[1]a16"
@@ -169,6 +179,18 @@ jcheck 'j["meta"]["provenance"]["verified"] is True and j["meta"]["provenance"][
 jcheck '[s["name"] for s in j["meta"]["verification"]["stages"]][-1] == "sanitizer" and j["meta"]["verification"]["eager_median_ms"] > 0'
 expect 0 --cache-dir "$VCACHE" cache ls --json
 jcheck 'len(j) == 1 and j[0]["verified"] is True'
+
+# ---- a lost CURRENT file is damage, not an empty cache: nothing may be created over it
+DCACHE="$WORK/damaged"
+expect 0 --cache-dir "$DCACHE" cache put --key "$KEY1" --source "$SRC" --launch "$SPEC"
+expect 0 --cache-dir "$DCACHE" cache put --key "$KEY2" --source "$SRC" --launch "$SPEC"
+rm "$DCACHE/CURRENT"
+expect 1 --cache-dir "$DCACHE" cache put --key "$KEY1" --source "$SRC" --launch "$SPEC"
+grep -q "cache repair" "$ERR" || fail "a put on a cache without CURRENT does not point to the repair: $(cat "$ERR")"
+expect 1 --cache-dir "$DCACHE" cache put --key "$KEY2" --source "$SRC" --launch "$SPEC"
+expect 1 --cache-dir "$DCACHE" cache ls --json
+[ -e "$DCACHE/CURRENT" ] && fail "a writer created a fresh database over the damaged one"
+ls "$DCACHE"/*.sst "$DCACHE"/[0-9]*.log >/dev/null 2>&1 || fail "the damaged cache's files were deleted: $(ls "$DCACHE")"
 
 if [ "$FAILS" != 0 ]; then
   echo "test_cli.sh: $FAILS failure(s)" >&2

@@ -25,6 +25,36 @@ Result<std::unique_ptr<Store>> open_store(const Args& args, Store::Mode mode) {
 
 int store_failure(const Status& s) { return fail(s.message()); }
 
+// What read commands see where no cache exists yet: nothing. A newcomer's first `cache ls` on a
+// fresh machine lists an empty cache and exits 0; only real failures (damage, I/O) exit 1.
+class EmptyStore final : public Store {
+ public:
+  explicit EmptyStore(std::string dir) : dir_(std::move(dir)) {}
+  Mode mode() const override { return Mode::kReadOnly; }
+  const std::string& dir() const override { return dir_; }
+  Result<std::string> get(const std::string& key) override {
+    return Status::error(Code::kNotFound, "no kernel cache in " + dir_);
+  }
+  Status put(const std::string&, const std::string&) override { return read_only(); }
+  Status remove(const std::string&) override { return read_only(); }
+  Status scan(const std::string&, const std::function<bool(const std::string&, const std::string&)>&) override {
+    return Status::ok();
+  }
+  Status catch_up() override { return Status::ok(); }
+
+ private:
+  Status read_only() const { return Status::error(Code::kInvalid, "no kernel cache in " + dir_); }
+  std::string dir_;
+};
+
+// The cache for a read command: a missing one reads as empty (one note on stderr in text mode).
+Result<std::unique_ptr<Store>> open_for_read(const Args& args) {
+  auto st = open_store(args, Store::Mode::kReadOnly);
+  if (st || st.status().code() != Code::kNotFound) return st;
+  if (!args.json) std::fprintf(stderr, "kernelcraft: no kernel cache in %s yet (nothing cached)\n", args.cache_dir.c_str());
+  return std::unique_ptr<Store>(new EmptyStore(args.cache_dir));
+}
+
 // Exactly `n` operands after "cache <sub>".
 int need_operands(const Args& args, size_t n, const char* what) {
   size_t have = args.words.size() - 2;
@@ -48,7 +78,7 @@ int cmd_ls(const Args& args) {
   if (int rc = need_operands(args, 0, ""); rc) return rc;
   auto op = op_filter(args);
   if (!op) return usage_error(op.status().message());
-  auto st = open_store(args, Store::Mode::kReadOnly);
+  auto st = open_for_read(args);
   if (!st) return store_failure(st.status());
   std::string match = args.value("match");
   json rows = json::array();
@@ -85,7 +115,7 @@ int cmd_ls(const Args& args) {
 int cmd_show(const Args& args) {
   if (int rc = need_operands(args, 1, "KEY"); rc) return rc;
   const std::string& key = args.words[2];
-  auto st = open_store(args, Store::Mode::kReadOnly);
+  auto st = open_for_read(args);
   if (!st) return store_failure(st.status());
   auto value = st.value()->get(key);
   if (!value) {
@@ -132,7 +162,7 @@ uint64_t dir_bytes(const std::string& dir) {
 
 int cmd_stats(const Args& args) {
   if (int rc = need_operands(args, 0, ""); rc) return rc;
-  auto st = open_store(args, Store::Mode::kReadOnly);
+  auto st = open_for_read(args);
   if (!st) return store_failure(st.status());
   size_t records = 0, blob_bytes = 0, value_bytes = 0;
   std::map<std::string, size_t> by_state, by_backend, by_op;
@@ -172,7 +202,7 @@ int cmd_export(const Args& args) {
   const std::string& file = args.words[2];
   auto op = op_filter(args);
   if (!op) return usage_error(op.status().message());
-  auto st = open_store(args, Store::Mode::kReadOnly);
+  auto st = open_for_read(args);
   if (!st) return store_failure(st.status());
   auto ex = export_bundle(*st.value(), file, BundleFilter{args.value("match"), op.value()});
   if (!ex) return store_failure(ex.status());
