@@ -73,6 +73,7 @@ class Search {
   void end_generation(double eager_ms);
   void add_elapsed(double s) { st_.elapsed_s += s; }
   const SearchState& state() const { return st_; }
+  const SearchOptions& options() const { return opt_; }
   // Passed evaluations, fastest first.
   std::vector<const Evaluation*> ranked() const;
   // Renders a tried or pending candidate again (sources are deterministic in family + knobs).

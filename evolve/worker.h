@@ -15,6 +15,15 @@
 
 namespace kc::evolve {
 
+// Where one key's search stands, reported after every candidate (for progress displays).
+struct SearchProgress {
+  int generation = 0;                // the generation being evaluated (0-based)
+  int max_generations = 0;
+  int evaluated = 0;                 // candidates evaluated so far for this key (resumed ones included)
+  double eager_ms = 0;               // 0 until the evaluation child timed eager
+  double best_ms = 0;                // fastest verified candidate so far; 0 when none yet
+};
+
 struct EvolveOptions {
   std::string cache_dir;
   std::string self_exe;              // the kernelcraft executable (runs `eval-child`)
@@ -28,6 +37,7 @@ struct EvolveOptions {
   int jobs = 1;                      // keys searched concurrently by the worker
   LlmOptions llm;                    // the LLM proposer (off unless llm.url is set); the worker's own
   std::function<void(const std::string&)> progress;   // one line per event (may be empty)
+  std::function<void(const SearchProgress&)> on_step; // after every candidate (may be empty)
   const std::atomic<bool>* stop = nullptr;             // asked to stop: persist and return
 };
 nlohmann::json to_json(const EvolveOptions& o);

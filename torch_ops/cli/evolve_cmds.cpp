@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "evolve/worker.h"
@@ -13,6 +14,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/log.h"
 #include "torch_ops/cli/cli.h"
+#include "torch_ops/cli/progress.h"
 
 namespace kc::cli {
 namespace {
@@ -155,18 +157,30 @@ int run_evolve_cmd(const Args& args) {
     for (const auto& c : calls) keys.push_back(c.key);
   }
   if (keys.empty()) return usage_error("no keys to evolve");
-  if (!args.json) o.progress = [](const std::string& s) { std::fprintf(stderr, "  %s\n", s.c_str()); };
+  // Progress goes to stderr (a bar on a terminal, lines elsewhere); stdout keeps one result line
+  // per key, or the JSON document alone with --json.
+  std::unique_ptr<EvolveProgress> bar;
+  if (!args.json) {
+    bar = std::make_unique<EvolveProgress>(stderr, keys.size());
+    o.progress = [&bar](const std::string& s) { bar->line(s); };
+    o.on_step = [&bar](const evolve::SearchProgress& p) { bar->step(p); };
+  }
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   for (const auto& k : keys) {
-    if (!args.json) std::fprintf(stderr, "evolving %s\n", k.c_str());
+    if (bar) bar->start_key(k);
     evolve::EvolveResult r = evolve::evolve_key(k, "", device_of(args), o);
     results.push_back(r.to_json());
     all_ok = all_ok && (r.outcome == "served" || r.outcome == "eager_best" || r.outcome == "exists");
-    if (!args.json)
-      std::printf("%-10s %8.2f us eager %8.2f us best  %s\n", r.outcome.c_str(), r.eager_ms * 1e3, r.best_ms * 1e3,
-                  k.c_str());
+    if (!bar) continue;
+    bar->end_key(r);
+    char row[160];
+    std::snprintf(row, sizeof row, "%-10s %8.2f us eager %8.2f us best  ", r.outcome.c_str(), r.eager_ms * 1e3,
+                  r.best_ms * 1e3);
+    if (isatty(fileno(stdout)) && isatty(fileno(stderr))) bar->line(row + k);   // one screen: above the bar
+    else std::printf("%s%s\n", row, k.c_str());
   }
+  bar.reset();
   if (args.json) print_json(results, true);
   return all_ok ? kExitOk : kExitFailure;
 }
