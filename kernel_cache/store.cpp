@@ -137,7 +137,12 @@ class RocksStore final : public Store {
 
   Status scan(const std::string& prefix,
               const std::function<bool(const std::string&, const std::string&)>& fn) override {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+    // Listing a shipped or damaged cache (kReadOnly: the CLI's read commands) must get past a
+    // damaged block: without block checksums a flipped region reads as values that no longer
+    // decode, which callers count as corrupt records, instead of ending the whole scan.
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = mode_ != Mode::kReadOnly;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
     for (it->Seek(prefix); it->Valid(); it->Next()) {
       rocksdb::Slice k = it->key();
       if (!k.starts_with(prefix)) break;
@@ -180,6 +185,8 @@ class RocksStore final : public Store {
   std::string secondary_;  // kReader only: removed on close
 };
 
+}  // namespace
+
 // RocksDB's own files: a MANIFEST, table files, write-ahead logs (digits + ".log"; worker.log is ours).
 bool has_database_files(const std::string& dir) {
   bool found = false;
@@ -193,6 +200,14 @@ bool has_database_files(const std::string& dir) {
   });
   return found;
 }
+
+Status repair_database(const std::string& dir) {
+  if (!has_database_files(dir)) return Status::error(Code::kNotFound, "no kernel cache files in " + dir);
+  rocksdb::Status s = rocksdb::RepairDB(dir, base_options(Store::Mode::kWriter));
+  return s.ok() ? Status::ok() : map_status(s, "repair " + dir);
+}
+
+namespace {
 
 // A database whose CURRENT is gone but whose files are still there is damaged, not absent. Opening
 // it with create_if_missing would start an empty database over it and delete the old table files

@@ -39,6 +39,13 @@ class Store {
   virtual Status catch_up() = 0;
 };
 
+// RocksDB's own repair of the database in `dir` (tables re-read, a new MANIFEST written): what can
+// be read survives. Nobody else may have the database open. See kernel_cache/repair.h for the
+// backup and record checks around it.
+Status repair_database(const std::string& dir);
+// True if `dir` holds RocksDB files (a MANIFEST, table files, write-ahead logs), CURRENT or not.
+bool has_database_files(const std::string& dir);
+
 // The default cache directory: $KERNELCRAFT_CACHE_DIR, else $XDG_CACHE_HOME/kernelcraft, else
 // ~/.cache/kernelcraft.
 std::string default_cache_dir();

@@ -191,6 +191,15 @@ expect 1 --cache-dir "$DCACHE" cache put --key "$KEY2" --source "$SRC" --launch 
 expect 1 --cache-dir "$DCACHE" cache ls --json
 [ -e "$DCACHE/CURRENT" ] && fail "a writer created a fresh database over the damaged one"
 ls "$DCACHE"/*.sst "$DCACHE"/[0-9]*.log >/dev/null 2>&1 || fail "the damaged cache's files were deleted: $(ls "$DCACHE")"
+# repair salvages both records and keeps the files as they were
+expect 0 --cache-dir "$DCACHE" --json cache repair
+jcheck 'j["records"] == 2 and j["dropped"] == 0 and "repair-backup-" in j["backup"]'
+BACKUP=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['backup'])" "$OUT")
+[ -e "$BACKUP/CURRENT" ] && fail "the backup has a CURRENT the damaged cache did not have"
+ls "$BACKUP"/MANIFEST-* >/dev/null 2>&1 || fail "the backup lacks the damaged cache's MANIFEST"
+expect 0 --cache-dir "$DCACHE" cache ls --json
+jcheck 'len(j) == 2'
+expect 1 --cache-dir "$WORK/never" cache repair
 
 if [ "$FAILS" != 0 ]; then
   echo "test_cli.sh: $FAILS failure(s)" >&2

@@ -1,4 +1,4 @@
-// `kernelcraft cache ls|show|rm|stats|export|import`: thin wrappers over the store and bundles.
+// `kernelcraft cache ls|show|rm|stats|export|import|repair`: thin wrappers over the store and bundles.
 // Reads open the cache read-only (works on shipped, unwritable caches and beside a live writer);
 // rm and import open it as the writer, waiting a few seconds for another writer to finish.
 #include <cstdio>
@@ -8,6 +8,7 @@
 #include "kernel_cache/bundle.h"
 #include "kernel_cache/key.h"
 #include "kernel_cache/record.h"
+#include "kernel_cache/repair.h"
 #include "kernel_cache/store.h"
 #include "runtime/ops.h"
 #include "torch_ops/cli/cli.h"
@@ -240,10 +241,29 @@ int cmd_import(const Args& args) {
   return kExitOk;
 }
 
+int cmd_repair(const Args& args) {
+  if (int rc = need_operands(args, 0, ""); rc) return rc;
+  auto rep = repair_cache(args.cache_dir);
+  if (!rep) {
+    if (rep.status().code() == Code::kNotFound) return fail("nothing to repair: " + rep.status().message());
+    return store_failure(rep.status());
+  }
+  const RepairReport& r = rep.value();
+  if (args.json) {
+    print_json({{"cache_dir", args.cache_dir}, {"records", r.records}, {"dropped", r.dropped},
+                {"other", r.other}, {"backup", r.backup_dir}}, true);
+  } else {
+    std::printf("repaired %s: %zu records kept, %zu unreadable dropped, %zu search states kept\n"
+                "the files as they were: %s\n", args.cache_dir.c_str(), r.records, r.dropped, r.other,
+                r.backup_dir.c_str());
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int run_cache(const Args& args) {
-  if (args.words.size() < 2) return usage_error("cache: missing subcommand (ls, show, rm, stats, export, import, put)");
+  if (args.words.size() < 2) return usage_error("cache: missing subcommand (ls, show, rm, stats, export, import, put, repair)");
   const std::string& sub = args.words[1];
   if (sub == "ls") return cmd_ls(args);
   if (sub == "show") return cmd_show(args);
@@ -252,7 +272,8 @@ int run_cache(const Args& args) {
   if (sub == "export") return cmd_export(args);
   if (sub == "import") return cmd_import(args);
   if (sub == "put") return run_cache_put(args);
-  return usage_error("cache: unknown subcommand '" + sub + "' (ls, show, rm, stats, export, import, put)");
+  if (sub == "repair") return cmd_repair(args);
+  return usage_error("cache: unknown subcommand '" + sub + "' (ls, show, rm, stats, export, import, put, repair)");
 }
 
 }  // namespace kc::cli

@@ -27,6 +27,8 @@ const char kUsage[] =
     "  cache export FILE [--op OP] [--match TEXT]\n"
     "                                       write matching records to a bundle file\n"
     "  cache import FILE [--no-overwrite]   store a bundle's valid records\n"
+    "  cache repair                         salvage a damaged cache (RocksDB's repair; the old\n"
+    "                                       files are kept in repair-backup-*; counts reported)\n"
     "  cache put --key KEY --source FILE --launch SPEC.json [--verify] [--device N]\n"
     "                                       compile FILE for KEY's target (cpu-..., or\n"
     "                                       cuda-sm_XX... with NVRTC) and store it as served;\n"
@@ -148,6 +150,7 @@ int check_options(const Args& args) {
       {"stats", {}},
       {"export", {"op", "match"}},
       {"import", {"no-overwrite"}},
+      {"repair", {}},
       {"put", {"key", "source", "launch", "verify", "device"}},
       {"worker", {"jobs", "idle-s", "gpu-share"}},
       {"search-state", {}},

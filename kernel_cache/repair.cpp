@@ -1,0 +1,74 @@
+// Cache repair (repair.h): backup, RocksDB's RepairDB, then a pass that drops undecodable records.
+#include "kernel_cache/repair.h"
+
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "kernel_cache/key.h"
+#include "kernel_cache/record.h"
+#include "kernel_cache/store.h"
+#include "runtime/fsutil.h"
+
+namespace kc {
+namespace {
+
+bool is_database_file(const std::string& n) {
+  if (n == "CURRENT" || n == "IDENTITY" || n.rfind("MANIFEST-", 0) == 0 || n.rfind("OPTIONS-", 0) == 0) return true;
+  const auto ends = [&](const char* sfx) {
+    const std::string x(sfx);
+    return n.size() > x.size() && n.compare(n.size() - x.size(), x.size(), x) == 0;
+  };
+  return ends(".sst") || (ends(".log") && n[0] >= '0' && n[0] <= '9');
+}
+
+// Copies the database files (not our own worker.log, jobs/ or earlier backups) into a new folder.
+Result<std::string> back_up(const std::string& dir) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  std::string backup = dir + "/repair-backup-" + stamp;
+  for (int i = 1; path_exists(backup); ++i) backup = dir + "/repair-backup-" + stamp + "." + std::to_string(i);
+  if (!make_dirs(backup)) return Status::error(Code::kIOError, "cannot create " + backup);
+  std::vector<std::string> names;
+  list_dir(dir, [&](const std::string& n) {
+    if (is_database_file(n)) names.push_back(n);
+  });
+  for (const auto& n : names) {
+    bool ok = false;
+    const std::string bytes = read_file(dir + "/" + n, &ok);
+    if (!ok || !write_file(backup + "/" + n, bytes))
+      return Status::error(Code::kIOError, "cannot back up " + dir + "/" + n + " into " + backup + "; nothing was repaired");
+  }
+  return backup;
+}
+
+}  // namespace
+
+Result<RepairReport> repair_cache(const std::string& dir) {
+  if (!has_database_files(dir)) return Status::error(Code::kNotFound, "no kernel cache files in " + dir);
+  RepairReport rep;
+  auto backup = back_up(dir);
+  if (!backup) return backup.status();
+  rep.backup_dir = backup.value();
+  KC_RETURN_IF_ERROR(repair_database(dir));
+  auto st = Store::open(dir, Store::Mode::kWriter, 10000);
+  if (!st) return st.status();
+  std::vector<std::string> bad;
+  Status s = st.value()->scan("", [&](const std::string& key, const std::string& value) {
+    if (key.rfind(kRecordKeyPrefix, 0) != 0) {
+      ++rep.other;
+    } else if (auto rec = decode_record(value); rec && rec->key == key) {
+      ++rep.records;
+    } else {
+      bad.push_back(key);
+    }
+    return true;
+  });
+  if (!s) return s;
+  for (const auto& k : bad) KC_RETURN_IF_ERROR(st.value()->remove(k));
+  rep.dropped = bad.size();
+  return rep;
+}
+
+}  // namespace kc
