@@ -12,7 +12,8 @@
 //              compared bit for bit after the call, errors against fp64 within a budget derived
 //              from eager's own error, non-finite values where eager has them and only there,
 //              denormals not flushed; repeated calls within the budget
-//   timing     candidate and eager, same inputs, L2 flushed, events, medians (runtime/timing.h)
+//   timing     candidate and eager, same inputs, L2 flushed, events, medians (runtime/timing.h);
+//              in full mode interleaved, pair by pair, so both see the same machine
 //   recheck    (after timing, i.e. after hundreds of calls) fresh inputs again: state drift, caches
 //   sanitizer  ("full" mode) compute-sanitizer memcheck, racecheck, initcheck, synccheck on the
 //              candidate in a child with exact-size buffers (CPU: AddressSanitizer)
@@ -54,6 +55,10 @@ struct Verdict {
   std::string stage;                  // the stage that rejected ("" when verified)
   std::vector<Stage> stages;
   double median_ms = 0, mad_ms = 0, eager_median_ms = 0, eager_mad_ms = 0;
+  // Full mode: candidate and eager timed interleaved (runtime/timing.h PairedTiming); speedup =
+  // eager / candidate per pair. 0 pairs in search mode, where eager's time is measured once.
+  int pairs = 0;
+  double speedup_median = 0, speedup_p10 = 0;
   nlohmann::json to_json() const;
   const Stage* rejection() const;
 };

@@ -97,6 +97,16 @@ struct Gauntlet::Impl {
     scrub->run(none, ctx).ignore();
   }
 
+  // One eager call on `in` (the reference the candidate is timed against), errors as a Status.
+  Status eager_call(const std::vector<at::Tensor>& in) {
+    try {
+      run_eager(call, in);
+    } catch (const std::exception& e) {
+      return Status::error(Code::kLaunchError, e.what());
+    }
+    return Status::ok();
+  }
+
   void make_scrubber() {
     // Leftovers from an earlier kernel are what an uninitialised shared-memory read returns; make
     // them NaN so such reads show in the numerics instead of passing by luck.

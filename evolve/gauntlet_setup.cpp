@@ -77,14 +77,7 @@ Result<Timing> Gauntlet::eager_timing() {
   if (!normal) return Status::error(Code::kInvalid, "no normal input set");
   TimingOptions to;
   to.budget_ms = m.opt.timing_budget_ms;
-  auto fn = [&]() -> Status {
-    try {
-      run_eager(m.call, normal->inputs);
-    } catch (const std::exception& e) {
-      return Status::error(Code::kLaunchError, e.what());
-    }
-    return Status::ok();
-  };
+  auto fn = [&]() -> Status { return m.eager_call(normal->inputs); };
   auto t = m.cuda() ? time_cuda(nullptr, fn, to) : time_cpu(fn, to);
   if (t) m.eager = t.value();
   return t;

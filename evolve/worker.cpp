@@ -116,6 +116,19 @@ bool beats(double cand, double cand_mad, double eager, double eager_mad, const E
   return cand < eager * (1 - o.min_gain) && eager - cand > o.noise_sigmas * sigma;
 }
 
+// The promotion decision on a full-mode verdict, where candidate and eager were timed pair by pair:
+// the typical pair must show the gain, and the candidate must win at least 90% of the pairs, so a
+// kernel that is faster only while eager happened to be slowed down is not promoted. Both medians
+// must also pass `beats` (the two distributions, not only their ratio).
+bool beats_paired(const nlohmann::json& v, const EvolveOptions& o) {
+  const double med = v.value("median_ms", 0.0), mad = v.value("mad_ms", 0.0);
+  const double emed = v.value("eager_median_ms", 0.0), emad = v.value("eager_mad_ms", 0.0);
+  if (!beats(med, mad, emed, emad, o)) return false;
+  auto p = v.find("paired");
+  if (p == v.end() || !p->is_object()) return false;
+  return p->value("speedup_median", 0.0) >= 1 + o.min_gain && p->value("speedup_p10", 0.0) > 1.0;
+}
+
 // One kernel from the LLM for this generation, shown the fastest verified kernels, recent failures
 // and why its own last kernel failed; it joins the batch (and the search state) as a pending
 // candidate.
@@ -151,6 +164,17 @@ Result<Candidate> propose_with_llm(Search& search, const OpCall& call, double ea
   auto p = ask_llm(llm, call, ctx);
   if (!p) return p.status();
   return search.add_proposal(p.value().source, p.value().launch, parents);
+}
+
+SearchProgress progress_of(const Search& search, double eager_ms) {
+  SearchProgress p;
+  p.generation = search.state().generation;
+  p.max_generations = search.options().max_generations;
+  p.evaluated = static_cast<int>(search.state().tried.size());
+  p.eager_ms = eager_ms;
+  auto ranked = search.ranked();
+  if (!ranked.empty()) p.best_ms = ranked.front()->median_ms;
+  return p;
 }
 
 }  // namespace
@@ -249,6 +273,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
       ++res.evaluated;
       persist();
       say(e.id + ": " + e.verdict + (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage));
+      if (o.on_step) o.on_step(progress_of(search, res.eager_ms));
       if (o.gpu_share < 1.0) {   // duty cycle: leave the GPU to the user's job most of the time
         // Busy = the stages that run on the device (compiles and static checks are CPU work).
         double busy_ms = 0;
@@ -279,7 +304,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     const nlohmann::json& v = verdict.value();
     const double med = v.value("median_ms", 0.0), mad = v.value("mad_ms", 0.0);
     const double emed = v.value("eager_median_ms", res.eager_ms), emad = v.value("eager_mad_ms", eager_mad);
-    if (!v.value("verified", false) || !beats(med, mad, emed, emad, o)) {
+    if (!v.value("verified", false) || !beats_paired(v, o)) {
       attempts.push_back({{"id", e.id}, {"verdict", evaluation_of(cand.value(), v).evidence},
                           {"stage", v.value("stage", "")}, {"median_ms", med}, {"eager_median_ms", emed}});
       say("promotion of " + e.id + " refused at " + (v.value("verified", false) ? std::string("timing") : v.value("stage", "")));
@@ -298,7 +323,9 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
               {"candidate", {{"id", e.id}, {"family", e.family}, {"knobs", e.knobs}, {"origin", e.origin},
                              {"parents", e.parents}, {"generation", e.generation}}},
               {"timing", {{"median_ms", med}, {"mad_ms", mad}, {"eager_median_ms", emed}, {"eager_mad_ms", emad},
-                          {"speedup", emed / med}}},
+                          {"speedup", v.at("paired").value("speedup_median", emed / med)},
+                          {"speedup_p10", v.at("paired").value("speedup_p10", 0.0)},
+                          {"pairs", v.at("paired").value("pairs", 0)}, {"interleaved", true}}},
               {"verification", v},
               {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},
                           {"finish_reason", search.state().finish_reason}, {"elapsed_s", search.state().elapsed_s},
@@ -307,7 +334,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     if (!s) return fail("storing the record: " + s.to_string());
     res.outcome = "served";
     res.best_ms = med;
-    res.why = "speedup " + std::to_string(emed / med);
+    res.why = "speedup " + std::to_string(v.at("paired").value("speedup_median", emed / med));
     say("promoted " + e.id + ": " + std::to_string(med * 1e3) + " us vs eager " + std::to_string(emed * 1e3) + " us");
     return res;
   }

@@ -200,20 +200,134 @@ Result<Timing> time_cuda(void* stream_ptr, const std::function<Status()>& enqueu
   return t;
 }
 
-Result<Timing> time_cpu(const std::function<Status()>& fn, const TimingOptions& o) {
-  if (o.graph) return Status::error(Code::kInvalid, "timing: graph mode is CUDA only");
-  std::vector<char> flush;
-  if (o.flush_cache) {
+namespace {
+
+// Writes twice the last-level cache (32..512 MiB) before each CPU sample.
+class CpuFlush {
+ public:
+  explicit CpuFlush(bool on) {
+    if (!on) return;
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    flush.resize(std::clamp<size_t>(2 * static_cast<size_t>(std::max(llc, 0L)), size_t{32} << 20, size_t{512} << 20));
+    buf_.resize(std::clamp<size_t>(2 * static_cast<size_t>(std::max(llc, 0L)), size_t{32} << 20, size_t{512} << 20));
   }
+  void operator()() {
+    if (buf_.empty()) return;
+    std::memset(buf_.data(), ++fill_, buf_.size());
+    asm volatile("" : : "r"(buf_.data()) : "memory");  // keep the stores: nothing reads them
+  }
+  bool on() const { return !buf_.empty(); }
+
+ private:
+  std::vector<char> buf_;
+  unsigned char fill_ = 0;
+};
+
+// The pairs' samples, interleaved, into a PairedTiming; `sample(i, side)` times one call of a
+// (side 0) or b (side 1) after a flush and returns milliseconds.
+Result<PairedTiming> run_pairs(int reps, double budget_ms, int min_reps,
+                               const std::function<Result<double>(int side)>& sample) {
+  std::vector<double> sa, sb, ratio;
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) {
+    double ms[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      const int side = (i % 2 == 0) ? k : 1 - k;
+      Result<double> t = sample(side);
+      if (!t.is_ok()) return t.status();
+      ms[side] = t.value();
+    }
+    sa.push_back(ms[0]);
+    sb.push_back(ms[1]);
+    ratio.push_back(ms[1] / std::max(ms[0], 1e-6));
+    if (i + 1 >= min_reps && ms_since(t0) > 2 * budget_ms) break;
+  }
+  PairedTiming p;
+  p.pairs = static_cast<int>(ratio.size());
+  Timing r = summarize(ratio);
+  p.ratio_median = r.median_ms;
+  p.ratio_p10 = r.p10_ms;
+  p.a = summarize(std::move(sa));
+  p.b = summarize(std::move(sb));
+  return p;
+}
+
+}  // namespace
+
+Result<PairedTiming> time_paired_cuda(void* stream_ptr, const std::function<Status()>& a,
+                                      const std::function<Status()>& b, const TimingOptions& o) {
+  Result<const DriverApi*> dr = cuda_driver();
+  if (!dr.is_ok()) return dr.status();
+  const DriverApi& d = *dr.value();
+  CUstream stream = static_cast<CUstream>(stream_ptr);
+  CUcontext ctx = nullptr;
+  CUresult r = d.cuStreamGetCtx(stream, &ctx);
+  if (r != CUDA_SUCCESS || !ctx)
+    return Status::error(Code::kUnavailable, "timing: no CUDA context for the stream: " + cu_error(d, r));
+  ScopedContext sc(d, ctx);
+  KC_RETURN_IF_ERROR(sc.status());
+  Event start(d), end(d);
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate"));
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventCreate(&end.e, CU_EVENT_DEFAULT), "cuEventCreate"));
+  DeviceBuffer flush(d);
+  if (o.flush_cache) alloc_flush_buffer(d, flush);
   unsigned char fill = 0;
-  auto do_flush = [&] {
-    if (flush.empty()) return;
-    std::memset(flush.data(), ++fill, flush.size());
-    asm volatile("" : : "r"(flush.data()) : "memory");  // keep the stores: nothing reads them
+  auto do_flush = [&]() -> Status {
+    if (!flush.p) return Status::ok();
+    return cu_check(d, d.cuMemsetD8Async(flush.p, ++fill, flush.bytes, stream), "cuMemsetD8Async (L2 flush)");
   };
+  const int warm = std::max(o.warmup, 1);
+  Result<float> w = timed(d, stream, start, end, [&]() -> Status {
+    for (int i = 0; i < warm; ++i) {
+      KC_RETURN_IF_ERROR(a());
+      KC_RETURN_IF_ERROR(b());
+    }
+    return do_flush();
+  });
+  if (!w.is_ok()) return w.status();
+  const int reps = reps_for(o, static_cast<double>(w.value()) / warm + 0.04);
+  auto p = run_pairs(reps, o.budget_ms, o.min_reps, [&](int side) -> Result<double> {
+    KC_RETURN_IF_ERROR(do_flush());
+    Result<float> ms = timed(d, stream, start, end, side == 0 ? a : b);
+    if (!ms.is_ok()) return ms.status();
+    return static_cast<double>(ms.value());
+  });
+  if (p) p->a.cache_flushed = p->b.cache_flushed = flush.p != 0;
+  return p;
+}
+
+Result<double> time_once_cuda(void* stream_ptr, const std::function<Status()>& enqueue) {
+  Result<const DriverApi*> dr = cuda_driver();
+  if (!dr.is_ok()) return dr.status();
+  const DriverApi& d = *dr.value();
+  CUstream stream = static_cast<CUstream>(stream_ptr);
+  CUcontext ctx = nullptr;
+  CUresult r = d.cuStreamGetCtx(stream, &ctx);
+  if (r != CUDA_SUCCESS || !ctx) return Status::error(Code::kUnavailable, "timing: no CUDA context for the stream");
+  ScopedContext sc(d, ctx);
+  KC_RETURN_IF_ERROR(sc.status());
+  Event start(d), end(d);
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventCreate(&start.e, CU_EVENT_DEFAULT), "cuEventCreate"));
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventCreate(&end.e, CU_EVENT_DEFAULT), "cuEventCreate"));
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventRecord(start.e, stream), "cuEventRecord"));
+  KC_RETURN_IF_ERROR(enqueue());
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventRecord(end.e, stream), "cuEventRecord"));
+  // Only this stream's work is waited for: other streams of the user's program keep running.
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventSynchronize(end.e), "cuEventSynchronize"));
+  float ms = 0;
+  KC_RETURN_IF_ERROR(cu_check(d, d.cuEventElapsedTime(&ms, start.e, end.e), "cuEventElapsedTime"));
+  return static_cast<double>(ms);
+}
+
+Result<double> time_once_cpu(const std::function<Status()>& fn) {
+  auto t = Clock::now();
+  KC_RETURN_IF_ERROR(fn());
+  return ms_since(t);
+}
+
+Result<Timing> time_cpu(const std::function<Status()>& fn, const TimingOptions& o) {
+  if (o.graph) return Status::error(Code::kInvalid, "timing: graph mode is CUDA only");
+  CpuFlush do_flush(o.flush_cache);
   const int warm = std::max(o.warmup, 1);
   auto tw = Clock::now();
   for (int i = 0; i < warm; ++i) KC_RETURN_IF_ERROR(fn());
@@ -234,8 +348,31 @@ Result<Timing> time_cpu(const std::function<Status()>& fn, const TimingOptions& 
     if (i + 1 >= o.min_reps && ms_since(t0) > 2 * o.budget_ms) break;
   }
   Timing t = summarize(std::move(samples));
-  t.cache_flushed = !flush.empty();
+  t.cache_flushed = do_flush.on();
   return t;
+}
+
+Result<PairedTiming> time_paired_cpu(const std::function<Status()>& a, const std::function<Status()>& b,
+                                     const TimingOptions& o) {
+  CpuFlush do_flush(o.flush_cache);
+  const int warm = std::max(o.warmup, 1);
+  auto tw = Clock::now();
+  for (int i = 0; i < warm; ++i) {
+    KC_RETURN_IF_ERROR(a());
+    KC_RETURN_IF_ERROR(b());
+  }
+  const double per_pair = ms_since(tw) / warm;
+  auto tf = Clock::now();
+  do_flush();
+  const int reps = reps_for(o, per_pair + 2 * ms_since(tf));
+  auto r = run_pairs(reps, o.budget_ms, o.min_reps, [&](int side) -> Result<double> {
+    do_flush();
+    auto t = Clock::now();
+    KC_RETURN_IF_ERROR(side == 0 ? a() : b());
+    return ms_since(t);
+  });
+  if (r) r->a.cache_flushed = r->b.cache_flushed = do_flush.on();
+  return r;
 }
 
 }  // namespace kc

@@ -41,6 +41,29 @@ Result<Timing> time_cuda(void* stream, const std::function<Status()>& enqueue, c
 // The CPU twin with steady_clock: `fn` runs the work to completion.
 Result<Timing> time_cpu(const std::function<Status()>& fn, const TimingOptions& o = {});
 
+// Two callables timed interleaved in one window: a, b, b, a, a, b, ... (the order inside a pair
+// alternates), each sample after its own cache flush. Whatever drifts while they run (clocks, other
+// load, the caller's nice level and duty cycle) hits both alike, which a time measured once and
+// reused later cannot promise: a candidate promoted on a stale, inflated eager time was slower than
+// eager where it was served.
+struct PairedTiming {
+  Timing a, b;                 // each side's per-call statistics
+  int pairs = 0;
+  double ratio_median = 0;     // median over pairs of b / a: how many times faster a was than b
+  double ratio_p10 = 0;        // 10th percentile of b / a (above 1: a won at least 90% of the pairs)
+};
+// `a` and `b` as for time_cuda (enqueue only, on `stream`); graph mode is not offered.
+Result<PairedTiming> time_paired_cuda(void* stream, const std::function<Status()>& a, const std::function<Status()>& b,
+                                      const TimingOptions& o = {});
+// The CPU twin: each callable runs its work to completion.
+Result<PairedTiming> time_paired_cpu(const std::function<Status()>& a, const std::function<Status()>& b,
+                                     const TimingOptions& o = {});
+
+// One call, timed where it runs: CUDA events around `enqueue` on `stream`, then a wait for the end
+// event (for the serving path's probe: the caller's own stream, no flush); or the CPU clock.
+Result<double> time_once_cuda(void* stream, const std::function<Status()>& enqueue);
+Result<double> time_once_cpu(const std::function<Status()>& fn);
+
 // Order statistics of per-call samples in ms (reps = samples.size(); other fields untouched).
 Timing summarize(std::vector<double> samples_ms);
 
