@@ -1,12 +1,16 @@
 // The serving path of one intercepted call: key -> table -> launch a cached kernel, or eager.
 #include "dispatcher/call.h"
 
+#include <cstdio>
+
 #include <ATen/Parallel.h>
 
 #include "dispatcher/evolution.h"
+#include "dispatcher/probe.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/log.h"
+#include "runtime/timing.h"
 
 namespace kc::dispatch {
 
@@ -108,6 +112,11 @@ Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
   KernelTable::Lookup l = table.find(key_);
   switch (l.kind) {
     case KernelTable::Kind::kServe: {
+      if (l.kernel->probe.left.load(std::memory_order_relaxed) > 0 && !capturing()) {
+        c.probes.fetch_add(1, std::memory_order_relaxed);
+        probing_ = std::move(l.kernel);
+        return Outcome::kProbe;
+      }
       Status s = launch(*l.kernel, outs);
       if (s) {
         c.hits.fetch_add(1, std::memory_order_relaxed);
@@ -186,7 +195,37 @@ void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
   k->spec = std::move(resolved.value());
   for (size_t j = nt_; j < b.tensors.size(); ++j) k->outputs.push_back(b.tensors[j]);
   k->launcher = std::move(launcher.value());
+  arm_probe(k->probe, State::get().config().serve_probe_calls);
   table.install(std::move(k));
+}
+
+void Call::probe(std::vector<at::Tensor>& outs, const std::function<Status()>& eager_fn) {
+  std::shared_ptr<LoadedKernel> k = std::move(probing_);
+  void* stream = nullptr;
+  if (dev_ == Dev::kCuda) {
+    if (!cuda_hooks().stream) return;
+    stream = cuda_hooks().stream(device_);
+  }
+  auto timed = [&](const std::function<Status()>& f) {
+    return dev_ == Dev::kCuda ? time_once_cuda(stream, f) : time_once_cpu(f);
+  };
+  auto served_fn = [&]() -> Status { return launch(*k, outs); };
+  // Alternate which side goes first: whoever runs second finds warm caches and a busy device.
+  const bool eager_first = k->probe.left.load(std::memory_order_relaxed) % 2 == 0;
+  Result<double> te = Status::error(Code::kInvalid, "not run"), ts = te;
+  if (eager_first) te = timed(eager_fn);
+  ts = timed(served_fn);
+  if (!eager_first) te = timed(eager_fn);
+  KernelTable& table = State::get().table();
+  if (!ts) return table.disable(key_, ts.status().to_string());
+  if (!te) return;   // eager's own error goes to the caller as always; nothing to compare
+  ProbeVerdict v = add_probe_pair(k->probe, ts.value(), te.value());
+  if (!v.done || v.keep) return;
+  State::get().counters(op_).demoted.fetch_add(1, std::memory_order_relaxed);
+  char why[160];
+  std::snprintf(why, sizeof why, "%.2fx eager's speed over %zu timed calls in this process: slower than eager here",
+                v.speedup, v.pairs);
+  table.demote(key_, why);
 }
 
 Status Call::launch(LoadedKernel& k, std::vector<at::Tensor>& outs) {

@@ -2,6 +2,8 @@
 // the original implementation. Used by the per-op wrappers (wrappers.inc) for both backends.
 #pragma once
 #include <array>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -59,6 +61,15 @@ class Call {
     std::vector<at::Tensor> outs;
     Outcome o = before(outs);
     if (o == Outcome::kServed) return from_list<R>(outs);
+    if (o == Outcome::kProbe) {   // eager's result answers; the served kernel is timed beside it
+      std::optional<R> r;
+      probe(outs, [&]() -> Status {
+        r.emplace(eager());
+        return Status::ok();
+      });
+      if (!r) r.emplace(eager());   // the probe could not run eager (no timer): run it now
+      return std::move(*r);
+    }
     R r = eager();
     if (o == Outcome::kLoad) after_load(as_list(r));
     else if (o == Outcome::kEvolve) evolve();
@@ -66,10 +77,13 @@ class Call {
   }
 
  private:
-  enum class Outcome { kServed, kEager, kLoad, kEvolve };
+  enum class Outcome { kServed, kEager, kLoad, kEvolve, kProbe };
   Outcome before(std::vector<at::Tensor>& outs);   // serve if possible; counts the call
   void after_load(const std::vector<at::Tensor>& eager_outs);
   void evolve();   // first miss of the key here: submit an evolution job (dispatcher/evolution.h)
+  // One probe pair (dispatcher/probe.h): `eager_fn` runs eager once, the served kernel once, each
+  // timed; demotes the key when the probe's last pair shows it is not faster here.
+  void probe(std::vector<at::Tensor>& outs, const std::function<Status()>& eager_fn);
   Status launch(LoadedKernel& k, std::vector<at::Tensor>& outs);
   Binding binding(const std::vector<at::Tensor>& outs) const;
   bool capturing() const;
@@ -81,6 +95,7 @@ class Call {
   std::optional<KeyBuilder> kb_;
   std::string key_;
   std::shared_ptr<const Record> loading_;
+  std::shared_ptr<LoadedKernel> probing_;
   std::array<const at::Tensor*, kMaxTensors> tensors_{};
   std::array<const char*, kMaxTensors> tnames_{};
   int nt_ = 0;

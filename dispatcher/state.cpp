@@ -54,6 +54,8 @@ void State::reset_counters() {
     c.hits = 0;
     c.misses = 0;
     c.fallbacks = 0;
+    c.probes = 0;
+    c.demoted = 0;
   }
 }
 
@@ -153,20 +155,21 @@ Status State::configure(const nlohmann::json& j) {
 
 nlohmann::json State::status_json() {
   nlohmann::json ops = nlohmann::json::object();
-  uint64_t th = 0, tm = 0, tf = 0;
+  uint64_t th = 0, tm = 0, tf = 0, tp = 0, td = 0;
   for (const auto& o : all_ops()) {
     OpCounters& c = counters(o.id);
-    uint64_t h = c.hits, m = c.misses, f = c.fallbacks;
-    th += h; tm += m; tf += f;
-    if (!registered(o.id) && !h && !m && !f) continue;
+    uint64_t h = c.hits, m = c.misses, f = c.fallbacks, p = c.probes, d = c.demoted;
+    th += h; tm += m; tf += f; tp += p; td += d;
+    if (!registered(o.id) && !h && !m && !f && !p) continue;
     ops[o.name] = {{"aten", o.aten}, {"intercepted", registered(o.id) && on(o.id)},
-                   {"hits", h}, {"misses", m}, {"fallbacks", f}};
+                   {"hits", h}, {"misses", m}, {"fallbacks", f}, {"probes", p}, {"demoted", d}};
   }
   Config c = config();
   KernelTable& t = table();
   return {{"enabled", c.enabled},
           {"ops", ops},
-          {"total", {{"hits", th}, {"misses", tm}, {"fallbacks", tf}, {"calls", th + tm + tf}}},
+          {"total", {{"hits", th}, {"misses", tm}, {"fallbacks", tf}, {"probes", tp}, {"demoted", td},
+                     {"calls", th + tm + tf + tp}}},
           {"cache", {{"dir", t.dir()}, {"state", t.store_state()}, {"readonly", c.cache_readonly},
                      {"loaded_kernels", t.loaded_count()}}},
           {"precision", policy()},

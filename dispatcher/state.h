@@ -23,6 +23,8 @@ struct OpCounters {
   std::atomic<uint64_t> hits{0};        // served by a cached kernel
   std::atomic<uint64_t> misses{0};      // no kernel for the key: eager
   std::atomic<uint64_t> fallbacks{0};   // a kernel exists but eager ran (loading, disabled, failed)
+  std::atomic<uint64_t> probes{0};      // served kernel and eager both ran, timed (dispatcher/probe.h)
+  std::atomic<uint64_t> demoted{0};     // keys demoted to eager here: slower than eager in this process
 };
 
 class State {

@@ -224,6 +224,14 @@ void KernelTable::disable(const std::string& key, const std::string& why) {
   log_once(LogLevel::kWarn, "disabled:" + key, "kernel disabled, serving eager (" + why + ") for key " + key);
 }
 
+void KernelTable::demote(const std::string& key, const std::string& why) {
+  {
+    std::unique_lock<std::shared_mutex> g(mu_);
+    entries_[key] = Entry{Kind::kEagerBest, store_->gen.load(), nullptr};
+  }
+  log_once(LogLevel::kWarn, "demoted:" + key, "kernel demoted to eager for this process (" + why + ") for key " + key);
+}
+
 void KernelTable::forget(const std::string& key) {
   {
     std::unique_lock<std::shared_mutex> g(mu_);

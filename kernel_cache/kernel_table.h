@@ -22,6 +22,15 @@
 
 namespace kc {
 
+// The first calls of a kernel served in this process run eager too, both timed where the user's
+// program runs (dispatcher/probe.h): a verdict measured in the worker, at another time and under
+// other load, is not proof that the kernel is faster here.
+struct ServeProbe {
+  std::atomic<int> left{0};             // probe calls still to make; 0: serve without probing
+  std::mutex mu;                        // guards the samples (probe calls only, never a plain hit)
+  std::vector<double> served_ms, eager_ms;
+};
+
 // A kernel ready to launch for one key.
 struct LoadedKernel {
   std::string key;
@@ -29,6 +38,7 @@ struct LoadedKernel {
   ResolvedSpec spec;
   std::vector<TensorMeta> outputs;      // output metadata, captured from eager when loaded
   std::unique_ptr<Launcher> launcher;
+  ServeProbe probe;
 };
 
 class KernelTable {
@@ -55,6 +65,9 @@ class KernelTable {
   void install(std::shared_ptr<LoadedKernel> k);
   // Never launch `key` again in this process (a failed load or launch); logs one line.
   void disable(const std::string& key, const std::string& why);
+  // Serve eager for `key` for the rest of this process, as if the record were eager_best (a kernel
+  // that proved slower than eager here); logs one line.
+  void demote(const std::string& key, const std::string& why);
   // Forget everything cached in memory for `key` (e.g. after a put from this process).
   void forget(const std::string& key);
   void forget_all();

@@ -24,6 +24,8 @@ const std::vector<ConfigField>& config_fields() {
       {"nvrtc", "KERNELCRAFT_NVRTC", "path of libnvrtc to load before the usual search"},
       {"precision", "KERNELCRAFT_PRECISION", "precision policy: fp32 | tf32 | bf16 (part of the key)"},
       {"catch_up_ms", "KERNELCRAFT_CATCH_UP_MS", "ms between looks for kernels written by others (0: never)"},
+      {"serve_probe_calls", "KERNELCRAFT_SERVE_PROBE_CALLS",
+       "first calls of a newly served key timed against eager; slower kernels are demoted here (0: off)"},
       {"log_level", "KERNELCRAFT_LOG_LEVEL", "debug | info | warn | error | off"},
       {"evolve", "KERNELCRAFT_EVOLVE", "start background evolution for missed keys (0 to turn off)"},
       {"worker", "KERNELCRAFT_WORKER", "the kernelcraft executable the worker runs as (default: next to the library)"},
@@ -129,6 +131,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
         n.policy = v.get<std::string>();
         if (!valid_policy(n.policy)) return Status::error(Code::kInvalid, "precision must be fp32, tf32 or bf16");
       } else if (k == "catch_up_ms") n.catch_up_ms = v.get<int>();
+      else if (k == "serve_probe_calls") n.serve_probe_calls = std::clamp(v.get<int>(), 0, 1000);
       else if (k == "log_level") {
         n.log_level = v.get<std::string>();
         if (!valid_level(n.log_level)) return Status::error(Code::kInvalid, "bad log_level '" + n.log_level + "'");
@@ -162,7 +165,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
 nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
           {"cache_readonly", c.cache_readonly}, {"miss_log", c.miss_log}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
-          {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms},
+          {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
           {"evolve_key_budget_s", c.evolve_key_budget_s}, {"evolve_mu", c.evolve_mu},
@@ -223,7 +226,8 @@ Config load_config() {
       {"KERNELCRAFT_EVOLVE_KEY_BUDGET_S", "evolve_key_budget_s"}, {"KERNELCRAFT_EVOLVE_MU", "evolve_mu"},
       {"KERNELCRAFT_EVOLVE_LAMBDA", "evolve_lambda"}, {"KERNELCRAFT_EVOLVE_GENERATIONS", "evolve_generations"},
       {"KERNELCRAFT_EVOLVE_CAPTURE_MB", "evolve_capture_mb"}, {"KERNELCRAFT_WORKER_IDLE_S", "worker_idle_s"},
-      {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"}};
+      {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"},
+      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}};
   for (const auto& [var, key] : numeric) {
     const char* v = env(var);
     if (!v) continue;

@@ -22,6 +22,9 @@ struct Config {
   std::string policy = "fp32";         // KERNELCRAFT_PRECISION / "precision": fp32 | tf32 | bf16
   int catch_up_ms = 500;               // KERNELCRAFT_CATCH_UP_MS / "catch_up_ms": how often a serving
                                        // process looks for kernels written by others (0: never)
+  int serve_probe_calls = 8;           // KERNELCRAFT_SERVE_PROBE_CALLS / "serve_probe_calls": the first
+                                       // calls of a newly served key also run eager, both timed; a
+                                       // kernel not faster here is demoted for this process (0: off)
   std::string log_level = "warn";      // KERNELCRAFT_LOG_LEVEL / "log_level"
   bool serve_unverified = false;       // KERNELCRAFT_SERVE_UNVERIFIED / "serve_unverified": also serve
                                        // records stored by hand without the gauntlet (cache put)

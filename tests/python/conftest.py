@@ -26,6 +26,9 @@ os.environ.setdefault("KERNELCRAFT_EVOLVE", "0")
 # The serving tests store hand-written kernels with put_kernel (unverified); test_serving.py checks
 # that they are left alone when this is off, which is the default outside the tests.
 os.environ.setdefault("KERNELCRAFT_SERVE_UNVERIFIED", "1")
+# The serve probe (first calls of a served key also run eager, timed) would turn the serving tests'
+# exact hit counts into probe counts; test_probe.py turns it on where it is the subject.
+os.environ.setdefault("KERNELCRAFT_SERVE_PROBE_CALLS", "0")
 
 import torch  # noqa: E402
 
