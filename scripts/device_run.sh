@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the H200 machine (see docs/GPU_MACHINE.md): build against its torch with the carried
 # sysroot (.device-deps), then the stages named on the command line (default: all). Logs to $OUT.
-#   OUT=... scripts/device_run.sh [tests] [corpus] [gauntlet] [evolve] [train] [perf]
+#   OUT=... scripts/device_run.sh [tests] [cpu] [quickstart] [corpus] [gauntlet] [evolve] [train] [perf]
 set -uo pipefail
 FINAL=${OUT:-/tmp/kc-out}; OUT=$(mktemp -d)/logs; mkdir -p "$OUT" "$FINAL"
 # The device tool returns a handful of files: everything goes into one tarball at the end.
 trap 'tar -C "$(dirname "$OUT")" -czf "$FINAL/logs.tgz" logs; cp "$OUT"/*summary*.json "$FINAL"/ 2>/dev/null' EXIT
-STAGES=${*:-tests corpus gauntlet evolve train perf}
+STAGES=${*:-tests cpu quickstart corpus gauntlet evolve train perf}
 export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
 B=build-gpu; CLI=$PWD/$B/torch_ops/kernelcraft; LIB=$PWD/$B/torch_ops/libkernelcraft.so
@@ -24,6 +24,16 @@ if has tests; then
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -30
   KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTESTS:-tests/python/test_cuda.py tests/python/test_evolution_cuda.py} > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
   tail -15 "$OUT/pytest_gpu.log"
+fi
+if has cpu; then        # the CPU suites too (this compiler and libstdc++ are not CI's)
+  t=$(date +%s)
+  ctest --test-dir $B --output-on-failure -j 12 --timeout 900 -L "unit|python" > "$OUT/ctest_cpu.log" 2>&1; echo "ctest cpu rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest_cpu.log" | head -30
+fi
+if has quickstart; then # the README's quickstart on the GPU, through the package from the source tree
+  t=$(date +%s)
+  PYTHONPATH=$PWD/torch_ops/python KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 examples/quickstart.py > "$OUT/quickstart.log" 2>&1
+  echo "quickstart rc=$? ($(( $(date +%s) - t )) s)"; tail -25 "$OUT/quickstart.log"
 fi
 if has corpus; then
   t=$(date +%s)
