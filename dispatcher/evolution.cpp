@@ -32,21 +32,17 @@ struct Pending {
   std::optional<c10::Event> ready;    // recorded on the caller's stream after the clones
 };
 
+// One per process (runtime/fork.h): a fork()ed child gets a fresh submitter, with its own mutexes,
+// condition variable and thread, and no jobs; the parent's is left as it was.
 class Submitter {
  public:
   static Submitter& get() {
-    static Submitter* s = new Submitter();   // leaked: used until the process ends
-    return *s;
+    static constinit PerFork<Submitter> s;   // never destroyed: used until the process ends
+    return s.get();
   }
 
   void push(Pending p) {
     std::lock_guard<std::mutex> g(mu_);
-    if (fork_ != fork_generation()) {   // a fork()ed child: the parent's thread does not exist here
-      fork_ = fork_generation();
-      thread_started_ = false;
-      busy_ = false;
-      queue_.clear();
-    }
     if (!thread_started_) {
       std::thread([this] { loop(); }).detach();
       thread_started_ = true;
@@ -190,7 +186,6 @@ class Submitter {
   std::deque<Pending> queue_;
   std::set<std::string> submitted_;
   bool thread_started_ = false;
-  uint64_t fork_ = 0;   // fork generation thread_started_ refers to
   bool busy_ = false;
   std::string last_error_;
   std::mutex spawn_mu_;

@@ -5,13 +5,14 @@
 #include <mutex>
 
 #include "dispatcher/state.h"
+#include "runtime/fork.h"
 #include "runtime/log.h"
 
 namespace kc::dispatch {
 
 void register_ops(const std::vector<std::string>& ops) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> g(mu);
+  static constinit PerFork<std::mutex> mu;   // one per process: runtime/fork.h
+  std::lock_guard<std::mutex> g(mu.get());
   State& st = State::get();
   for (const auto& name : ops) {
     auto id = op_by_name(name);

@@ -1,6 +1,7 @@
 // The process's serving state: built from the configuration on first use, changed by torch_ops.
 #include "dispatcher/state.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "runtime/cpu_backend.h"
@@ -35,16 +36,18 @@ State& State::get() {
   return *s;
 }
 
-State::State() : cfg_(load_config()) {
-  if (cfg_.cache_dir.empty()) cfg_.cache_dir = default_cache_dir();
-  set_log_level(level_of(cfg_.log_level));
-  policy_.store(policy_literal(cfg_.policy));
-  apply_switches();
+State::State() {
+  auto* c = new Config(load_config());
+  if (c->cache_dir.empty()) c->cache_dir = default_cache_dir();
+  set_log_level(level_of(c->log_level));
+  policy_.store(policy_literal(c->policy));
+  apply_switches(*c);
+  cfg_.store(c, std::memory_order_release);
 }
 
-void State::apply_switches() {
+void State::apply_switches(const Config& c) {
   for (const auto& o : all_ops()) {
-    bool want = cfg_.enabled && std::find(cfg_.ops.begin(), cfg_.ops.end(), o.name) != cfg_.ops.end();
+    bool want = c.enabled && std::find(c.ops.begin(), c.ops.end(), o.name) != c.ops.end();
     set_on(o.id, want);
   }
 }
@@ -60,55 +63,55 @@ void State::reset_counters() {
 }
 
 KernelTable& State::table() {
-  // Fast path without the lock: the table is created once and replaced only by configure(), which
-  // keeps the old one alive (leaked) so a concurrent caller never sees a dangling pointer.
-  static std::atomic<KernelTable*> cur{nullptr};
-  KernelTable* t = cur.load(std::memory_order_acquire);
-  if (t && t == table_.get() && table_fork_ == fork_generation()) return *t;
-  std::lock_guard<std::mutex> g(mu_);
-  if (table_ && table_fork_ != fork_generation()) {
-    // A fork()ed child: the table's store thread and RocksDB instance are the parent's (neither has
-    // threads here). Leave them untouched and start over with a table of this process's own.
-    (void)table_.release();
+  // Fast path without the lock. The table is created once per process and replaced only by
+  // configure(), which keeps the old one alive (leaked) so a concurrent caller never sees a
+  // dangling pointer. A fork()ed child gets a PerProcess without one: the parent's table, its
+  // store thread and RocksDB instance are left untouched, and the child makes its own.
+  PerProcess& p = proc_.get();
+  if (KernelTable* t = p.table.load(std::memory_order_acquire)) return *t;
+  std::lock_guard<std::mutex> g(p.mu);
+  KernelTable* t = p.table.load(std::memory_order_acquire);
+  if (!t) {
+    const Config c = config();
+    t = new KernelTable(c.cache_dir, c.cache_readonly, c.catch_up_ms);
+    p.table.store(t, std::memory_order_release);
   }
-  if (!table_) {
-    table_ = std::make_unique<KernelTable>(cfg_.cache_dir, cfg_.cache_readonly, cfg_.catch_up_ms);
-    table_fork_ = fork_generation();
-  }
-  cur.store(table_.get(), std::memory_order_release);
-  return *table_;
+  return *t;
 }
 
 const std::string& State::target(Dev dev, int device) {
-  if (dev == Dev::kCpu) {
-    std::call_once(cpu_once_, [this] { cpu_target_ = cpu_backend().target_id(); });
-    return cpu_target_;
-  }
-  if (device < 0 || device >= kMaxDevices) {
+  if (dev == Dev::kCuda && (device < 0 || device >= kMaxDevices)) {
     static const std::string unsupported = "cuda-unsupported-device";   // never matches a record
     return unsupported;
   }
-  std::call_once(cuda_once_[device], [this, device] {
-    auto be = cuda_backend(device);
-    if (be) {
-      cuda_targets_[device] = be.value()->target_id();
-    } else {
-      // Keys stay well-formed (and never match a stored kernel) when the backend is unusable.
-      cuda_targets_[device] = "cuda-unavailable";
-      log_once(LogLevel::kWarn, "cuda-backend", "CUDA backend unavailable (" + be.status().to_string() +
-                                                    "); CUDA ops run eager");
-    }
-  });
-  return cuda_targets_[device];
+  std::atomic<const std::string*>& slot = targets_[dev == Dev::kCpu ? 0 : 1 + device];
+  if (const std::string* t = slot.load(std::memory_order_acquire)) return *t;
+  std::lock_guard<std::mutex> g(proc_.get().target_mu);
+  if (const std::string* t = slot.load(std::memory_order_acquire)) return *t;
+  std::string id;
+  if (dev == Dev::kCpu) {
+    id = cpu_backend().target_id();
+  } else if (auto be = cuda_backend(device)) {
+    id = be.value()->target_id();
+  } else {
+    // Keys stay well-formed (and never match a stored kernel) when the backend is unusable.
+    id = "cuda-unavailable";
+    log_once(LogLevel::kWarn, "cuda-backend", "CUDA backend unavailable (" + be.status().to_string() +
+                                                  "); CUDA ops run eager");
+  }
+  const std::string* t = new std::string(std::move(id));   // leaked: returned references stay valid
+  slot.store(t, std::memory_order_release);
+  return *t;
 }
 
 void State::record_miss(const std::string& key) {
   std::string path;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    if (missed_set_.size() >= kMaxMissedKeys || !missed_set_.insert(key).second) return;
-    missed_.push_back(key);
-    path = cfg_.miss_log;
+    PerProcess& p = proc_.get();
+    std::lock_guard<std::mutex> g(p.mu);
+    if (p.missed_set.size() >= kMaxMissedKeys || !p.missed_set.insert(key).second) return;
+    p.missed.push_back(key);
+    path = config().miss_log;
   }
   if (!path.empty()) {
     std::ofstream f(path, std::ios::app);
@@ -118,36 +121,35 @@ void State::record_miss(const std::string& key) {
 }
 
 std::vector<std::string> State::missed_keys() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return missed_;
+  PerProcess& p = proc_.get();
+  std::lock_guard<std::mutex> g(p.mu);
+  return p.missed;
 }
 
-Config State::config() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return cfg_;
-}
+Config State::config() const { return *cfg_.load(std::memory_order_acquire); }
 
 Status State::configure(const nlohmann::json& j) {
   std::vector<std::string> ops;
   {
-    std::lock_guard<std::mutex> g(mu_);
-    Config next = cfg_;
-    KC_RETURN_IF_ERROR(apply_json(next, j));
-    if (next.cache_dir.empty()) next.cache_dir = default_cache_dir();
-    bool reopen = next.cache_dir != cfg_.cache_dir || next.cache_readonly != cfg_.cache_readonly ||
-                  next.catch_up_ms != cfg_.catch_up_ms;
-    cfg_ = next;
-    set_log_level(level_of(cfg_.log_level));
-    policy_.store(policy_literal(cfg_.policy));
-    apply_switches();
-    if (reopen && table_) {
-      // Old table stays allocated: calls in flight may still hold a reference to it. Its store
-      // thread stops; those calls see what it had loaded. (A table inherited through fork() has
-      // no thread here to stop.)
-      if (table_fork_ == fork_generation()) table_->retire();
-      (void)table_.release();
+    PerProcess& p = proc_.get();
+    std::lock_guard<std::mutex> g(p.mu);   // one configure() at a time
+    const Config& cur = *cfg_.load(std::memory_order_acquire);
+    auto next = std::make_unique<Config>(cur);
+    KC_RETURN_IF_ERROR(apply_json(*next, j));
+    if (next->cache_dir.empty()) next->cache_dir = default_cache_dir();
+    bool reopen = next->cache_dir != cur.cache_dir || next->cache_readonly != cur.cache_readonly ||
+                  next->catch_up_ms != cur.catch_up_ms;
+    set_log_level(level_of(next->log_level));
+    policy_.store(policy_literal(next->policy));
+    apply_switches(*next);
+    ops = next->ops;
+    cfg_.store(next.release(), std::memory_order_release);   // the previous one is leaked: see cfg_
+    if (KernelTable* t = p.table.load(std::memory_order_acquire); reopen && t) {
+      // The old table stays allocated: calls in flight may still hold a reference to it. Its store
+      // thread stops; those calls see what it had loaded.
+      t->retire();
+      p.table.store(nullptr, std::memory_order_release);
     }
-    ops = cfg_.ops;
   }
   register_ops(ops);
   return Status::ok();

@@ -13,6 +13,7 @@
 
 #include "kernel_cache/kernel_table.h"
 #include "runtime/config.h"
+#include "runtime/fork.h"
 #include "runtime/ops.h"
 
 namespace kc::dispatch {
@@ -53,25 +54,30 @@ class State {
   nlohmann::json status_json();
 
  private:
+  // What is guarded by a mutex, one per process (runtime/fork.h): a fork()ed child gets a fresh
+  // mutex, no table (it opens its own store and starts its own store thread) and no missed keys.
+  struct PerProcess {
+    std::mutex mu;                              // guards the writes below
+    std::atomic<KernelTable*> table{nullptr};   // replaced tables are leaked: calls may hold them
+    std::vector<std::string> missed;
+    std::unordered_set<std::string> missed_set;
+    std::mutex target_mu;                       // serialises computing targets_
+  };
   State();
-  void apply_switches();
+  void apply_switches(const Config& c);
 
-  mutable std::mutex mu_;
-  Config cfg_;
+  mutable PerFork<PerProcess> proc_;
+  // Immutable once published, and leaked when replaced (configure() is rare): readers copy it
+  // without a lock, so a child reads its parent's configuration whatever the parent's threads held.
+  std::atomic<const Config*> cfg_{nullptr};
   std::atomic<const char*> policy_{"fp32"};   // points at a string literal
   std::array<std::atomic<bool>, kNumOps> enabled_{};
   std::array<std::atomic<bool>, kNumOps> registered_{};
   std::array<OpCounters, kNumOps> counters_{};
-  std::unique_ptr<KernelTable> table_;
-  std::atomic<uint64_t> table_fork_{0};   // fork generation table_ was made in (runtime/fork.h)
-  // Computed once each, so the hot path takes no lock; devices past kMaxDevices never serve.
+  // Computed once each (leaked strings), so the hot path takes no lock; [0] is the CPU's, [1 + d]
+  // CUDA device d's; devices past kMaxDevices never serve.
   static constexpr int kMaxDevices = 64;
-  std::once_flag cpu_once_;
-  std::string cpu_target_;
-  std::array<std::once_flag, kMaxDevices> cuda_once_;
-  std::array<std::string, kMaxDevices> cuda_targets_;
-  std::vector<std::string> missed_;
-  std::unordered_set<std::string> missed_set_;
+  std::array<std::atomic<const std::string*>, kMaxDevices + 1> targets_{};
 };
 
 // Registers the interception kernels for every op in `ops` not yet registered (CPU, and CUDA when

@@ -13,6 +13,7 @@
 #include "evolve/gauntlet.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
+#include "runtime/temp_files.h"
 #include "runtime/worker_client.h"
 
 namespace kc::evolve {
@@ -73,7 +74,7 @@ int eval_child_main(int argc, char** argv) {
   GauntletOptions o;
   const std::string exe = self_exe();
   o.sanitize_exe = exe.substr(0, exe.rfind('/') + 1) + "kernelcraft-sanitize";
-  o.work_dir = temp_root() + "/kc-sanitize-" + std::to_string(getpid());
+  o.work_dir = owned_temp_path("sanitize");
   auto g = Gauntlet::create(call, device, std::move(captured), o);
   if (!g) return say({{"fatal", g.status().to_string()}}), 2;
   auto eager = g.value()->eager_timing();

@@ -10,6 +10,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/fsutil.h"
 #include "runtime/subprocess.h"
+#include "runtime/temp_files.h"
 
 namespace kc::evolve {
 namespace {
@@ -70,7 +71,7 @@ std::string first_error_line(const std::string& text) {
 // The host compiler's libasan.so, or "" (asked once).
 std::string asan_runtime() {
   static const std::string path = [] {
-    std::string out = temp_root() + "/kc-asan-path-" + std::to_string(getpid());
+    std::string out = owned_temp_path("asan-path");
     ProcessOptions po;
     po.timeout_s = 20;
     po.output_path = out;
@@ -100,8 +101,9 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
     st.evidence = std::move(ev);
     return st;
   };
-  std::string dir = opt.work_dir.empty() ? temp_root() + "/kc-sanitize-" + std::to_string(getpid()) : opt.work_dir;
+  std::string dir = opt.work_dir.empty() ? owned_temp_path("sanitize") : opt.work_dir;
   make_dirs(dir);
+  RemoveAtScopeEnd cleanup(dir);   // rejects return early; a crash is left to sweep_stale_temp()
   const bool cuda = in.backend == "cuda";
   std::string bin = in.binary;
   std::vector<std::string> env;
@@ -188,7 +190,6 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
     }
     s.evidence["tools"] = tools;
     s.summary = "clean";
-    remove_tree(dir);
   }
   s.millis = ms_since(t0);
   return s;

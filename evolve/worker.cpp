@@ -23,6 +23,7 @@
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
+#include "runtime/temp_files.h"
 #include "runtime/worker_client.h"
 
 namespace kc::evolve {
@@ -103,7 +104,7 @@ Evaluation evaluation_of(const Candidate& c, const nlohmann::json& verdict) {
 }
 
 std::string temp_call_file(const OpCall& c) {
-  std::string dir = temp_root() + "/kc-calls-" + std::to_string(getpid());
+  std::string dir = owned_temp_path("calls");
   make_dirs(dir);
   std::string p = dir + "/" + fnv1a64_hex(c.key + std::to_string(Clock::now().time_since_epoch().count())) + ".json";
   write_file(p, to_json(c).dump());
@@ -387,6 +388,7 @@ void on_term(int) { g_stop.store(true); }
 }  // namespace
 
 int run_worker(const EvolveOptions& base, double idle_exit_s) {
+  RemoveAtScopeEnd calls(owned_temp_path("calls"));   // temp_call_file()'s directory
   auto lock = WorkerLock::acquire(base.cache_dir);
   if (!lock) {
     log(LogLevel::kInfo, "worker: " + lock.status().message());

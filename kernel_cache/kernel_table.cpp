@@ -4,6 +4,8 @@
 
 #include <condition_variable>
 #include <exception>
+#include <unordered_map>
+#include <utility>
 
 #include "runtime/log.h"
 
@@ -14,43 +16,65 @@ namespace kc {
 // (store.cpp screens for that one), and a slow or hung filesystem can stall any of it. The caller
 // is someone's training step, so the work happens here, and callers wait for it only so long.
 struct KernelTable::StoreThread {
-  std::mutex mu;                       // guards everything below but `gen`; never held across RocksDB
-  std::condition_variable cv;          // requests, completions and stop
+  using Watched = std::unordered_map<std::string, std::shared_ptr<const Record>>;
+  using Revoked = std::vector<std::pair<std::string, std::shared_ptr<const Record>>>;
+
+  std::mutex mu;                       // guards everything below but the atomics; never held across RocksDB
+  std::condition_variable cv;          // requests, completions, stop and the first watched kernel
   std::shared_ptr<Store> store;        // null until an open succeeds
   std::string state = "not opened";
   uint64_t requested = 0, done = 0;
   bool busy = false, stop = false, exited = false;
   std::chrono::steady_clock::time_point busy_since{};
+  std::chrono::milliseconds catch_up_every{0};
+  // Served kernels, rechecked after every catch-up, and on the thread's own schedule while there
+  // are any: a hit never consults the store, so without this a removed or disabled record would
+  // be served for as long as the process hits.
+  Watched watched;
+  Revoked revoked;                     // records that changed or went; the table drops them
+  std::atomic<bool> has_revoked{false};
   std::atomic<uint64_t> gen{1};        // bumped after every refresh: cached misses become stale
+
+  // The watched records whose stored record is gone, no longer served, or another one now.
+  static Revoked stale(Store& store, const Watched& w) {
+    Revoked out;
+    for (const auto& [key, old] : w) {
+      auto bytes = store.get(key);
+      if (!bytes && bytes.status().code() != Code::kNotFound) continue;   // unreadable now: keep serving
+      Result<Record> now = bytes ? decode_record(bytes.value()) : Result<Record>(bytes.status());
+      if (!now || now->state != "served" || now->blob != old->blob || now->launch != old->launch ||
+          record_verified(now.value()) != record_verified(*old))
+        out.emplace_back(key, old);
+    }
+    return out;
+  }
 
   // The thread's loop. It owns nothing of the table, so a table may be destroyed while it is stuck.
   static void run(const std::shared_ptr<StoreThread>& t, const StoreOpener& open, const std::string& dir) {
     std::unique_lock<std::mutex> g(t->mu);
+    auto asked = [&] { return t->stop || t->requested > t->done; };
+    auto scheduled = [&] { return t->catch_up_every.count() > 0 && !t->watched.empty(); };
     for (;;) {
-      t->cv.wait(g, [&] { return t->stop || t->requested > t->done; });
+      bool due = false;
+      if (scheduled()) due = !t->cv.wait_for(g, t->catch_up_every, asked);
+      else t->cv.wait(g, [&] { return asked() || scheduled(); });
       if (t->stop) break;
+      if (!due && !asked()) continue;   // the first kernel to watch: start the schedule
       uint64_t target = t->requested;
       t->busy = true;
       t->busy_since = std::chrono::steady_clock::now();
       std::shared_ptr<Store> store = t->store;
+      Watched watched = t->watched;
       g.unlock();
       std::shared_ptr<Store> opened;
       std::string state;
+      Revoked revoked;
       try {   // an exception escaping a thread would terminate the user's process
         if (store) {
           store->catch_up().ignore();   // a failed catch-up keeps the older view, which is still valid
+          revoked = stale(*store, watched);
         } else {
-          auto s = open();
-          if (s) {
-            opened = std::move(s.value());
-            state = "open";
-          } else if (s.status().code() == Code::kNotFound) {
-            state = "missing";
-          } else {
-            state = "unavailable: " + s.status().to_string();
-            log_once(LogLevel::kWarn, "store-open:" + dir,
-                     "cache at " + dir + " is unusable (" + s.status().to_string() + "); serving eager");
-          }
+          state = open_state(open, dir, opened);
         }
       } catch (const std::exception& e) {
         state = std::string("unavailable: ") + e.what();
@@ -60,6 +84,12 @@ struct KernelTable::StoreThread {
       g.lock();
       if (opened) t->store = std::move(opened);
       if (!state.empty()) t->state = std::move(state);
+      for (auto& r : revoked) {
+        auto it = t->watched.find(r.first);
+        if (it != t->watched.end() && it->second == r.second) t->watched.erase(it);
+        t->revoked.push_back(std::move(r));
+      }
+      if (!t->revoked.empty()) t->has_revoked.store(true, std::memory_order_release);
       t->busy = false;
       t->done = target;
       t->gen.fetch_add(1, std::memory_order_relaxed);
@@ -67,6 +97,19 @@ struct KernelTable::StoreThread {
     }
     t->exited = true;
     t->cv.notify_all();
+  }
+
+  // Opens the store; the state string for status(), and `opened` on success.
+  static std::string open_state(const StoreOpener& open, const std::string& dir, std::shared_ptr<Store>& opened) {
+    auto s = open();
+    if (s) {
+      opened = std::move(s.value());
+      return "open";
+    }
+    if (s.status().code() == Code::kNotFound) return "missing";
+    log_once(LogLevel::kWarn, "store-open:" + dir,
+             "cache at " + dir + " is unusable (" + s.status().to_string() + "); serving eager");
+    return "unavailable: " + s.status().to_string();
   }
 };
 
@@ -76,6 +119,7 @@ KernelTable::KernelTable(std::string dir, bool readonly, int catch_up_ms, int st
       catch_up_every_(catch_up_ms),
       store_wait_(std::max(0, store_wait_ms)),
       store_(std::make_shared<StoreThread>()) {
+  store_->catch_up_every = catch_up_every_;
   if (!opener) {
     opener = [dir = dir_, readonly] {
       return Store::open(dir, readonly ? Store::Mode::kReadOnly : Store::Mode::kReader);
@@ -131,6 +175,7 @@ KernelTable::Lookup KernelTable::find(const std::string& key) {
     return catch_up_every_.count() > 0 &&
            std::chrono::steady_clock::now().time_since_epoch().count() >= next_catch_up_.load(std::memory_order_relaxed);
   };
+  if (store_->has_revoked.load(std::memory_order_relaxed)) drop_revoked();   // the hit path's only extra cost
   {
     std::shared_lock<std::shared_mutex> g(mu_);
     auto it = entries_.find(key);
@@ -211,9 +256,39 @@ KernelTable::Lookup KernelTable::consult_store(const std::string& key) {
 }
 
 void KernelTable::install(std::shared_ptr<LoadedKernel> k) {
+  {
+    std::lock_guard<std::mutex> g(store_->mu);
+    store_->watched[k->key] = k->record;
+    store_->cv.notify_all();   // the store thread starts rechecking on its schedule
+  }
   std::unique_lock<std::shared_mutex> g(mu_);
   std::string key = k->key;
   entries_[key] = Entry{Kind::kServe, store_->gen.load(), std::move(k)};
+}
+
+void KernelTable::drop_revoked() {
+  StoreThread::Revoked revoked;
+  {
+    std::lock_guard<std::mutex> g(store_->mu);
+    revoked.swap(store_->revoked);
+    store_->has_revoked.store(false, std::memory_order_relaxed);
+  }
+  for (const auto& [key, record] : revoked) {
+    {
+      std::unique_lock<std::shared_mutex> g(mu_);
+      auto it = entries_.find(key);
+      // Only the kernel that was checked: one installed since then is for the current record.
+      if (it == entries_.end() || it->second.kind != Kind::kServe || it->second.kernel->record != record) continue;
+      entries_.erase(it);   // the next call reads the store: a miss, eager_best, disabled or a new kernel
+    }
+    log(LogLevel::kInfo, "cache record for " + key + " was removed or changed; no longer serving its kernel");
+  }
+}
+
+void KernelTable::unwatch(const std::string* key) {
+  std::lock_guard<std::mutex> g(store_->mu);
+  if (key) store_->watched.erase(*key);
+  else store_->watched.clear();
 }
 
 void KernelTable::disable(const std::string& key, const std::string& why) {
@@ -221,6 +296,7 @@ void KernelTable::disable(const std::string& key, const std::string& why) {
     std::unique_lock<std::shared_mutex> g(mu_);
     entries_[key] = Entry{Kind::kDisabled, store_->gen.load(), nullptr};
   }
+  unwatch(&key);
   log_once(LogLevel::kWarn, "disabled:" + key, "kernel disabled, serving eager (" + why + ") for key " + key);
 }
 
@@ -237,6 +313,7 @@ void KernelTable::forget(const std::string& key) {
     std::unique_lock<std::shared_mutex> g(mu_);
     entries_.erase(key);
   }
+  unwatch(&key);
   std::lock_guard<std::mutex> g(due_mu_);
   tried_ = false;   // the next lookup catches up with writers at once
   next_catch_up_.store(0);
@@ -247,6 +324,7 @@ void KernelTable::forget_all() {
     std::unique_lock<std::shared_mutex> g(mu_);
     entries_.clear();
   }
+  unwatch(nullptr);
   std::lock_guard<std::mutex> g(due_mu_);
   tried_ = false;
   next_catch_up_.store(0);

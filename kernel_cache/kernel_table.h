@@ -2,7 +2,11 @@
 // "disabled". The hot path is one shared-lock hash lookup; the store is consulted on first sight
 // of a key and again only after a catch-up with writers (at most every catch_up_ms). Opening the
 // store and catching up run on a thread of the table's own; a caller waits for them at most
-// `store_wait_ms` and otherwise carries on with what the table already has.
+// `store_wait_ms` and otherwise carries on with what the table already has. While it serves
+// kernels, that thread also catches up every catch_up_ms by itself and revokes kernels whose record
+// was removed or changed, so removal reaches a process that only hits; a hit reads one atomic more.
+// A table belongs to the process that made it: after fork() the owner abandons it and makes a new
+// one (dispatcher/state.cpp; runtime/fork.h says why).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -88,6 +92,8 @@ class KernelTable {
   };
   struct StoreThread;   // kernel_table.cpp; shared with the thread so that it may outlive the table
   Lookup consult_store(const std::string& key);
+  void drop_revoked();                         // erases served entries the store thread revoked
+  void unwatch(const std::string* key);        // stops rechecking key (all keys when null)
   void maybe_catch_up();
   void refresh();        // asks the store thread to open or catch up; waits at most store_wait_
 

@@ -1,5 +1,6 @@
 // CPU backend: host compiler in a private temp dir -> .so bytes -> memfd + dlopen -> parallel_for.
 #include "runtime/cpu_backend.h"
+#include "runtime/fork.h"
 #include "runtime/fsutil.h"
 
 #include <dlfcn.h>
@@ -18,6 +19,7 @@
 #include "runtime/kc_cpu.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
+#include "runtime/temp_files.h"
 
 namespace kc {
 namespace {
@@ -28,26 +30,6 @@ constexpr double kCompileTimeoutS = 120;
 const char kPrelude[] =
 #include "kc_cpu_prelude.inc"  // generated from runtime/kc_cpu.h by runtime/CMakeLists.txt
     ;
-
-// A mkdtemp directory removed with everything in it when it goes out of scope.
-class TempDir {
- public:
-  explicit TempDir(const char* prefix) {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data())) path_ = buf.data();
-  }
-  ~TempDir() {
-    if (!path_.empty()) remove_tree(path_);
-  }
-  bool ok() const { return !path_.empty(); }
-  std::string file(const char* name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // What the host toolchain is and the flags every kernel gets; probed once per process.
 struct Toolchain {
@@ -79,7 +61,7 @@ int x86_level() {
 // Runs the preprocessor on a probe so the id names the compiler that will build kernels (which
 // need not be the one that built this library).
 Result<std::string> compiler_id(const std::vector<std::string>& cxx, const std::vector<std::string>& march) {
-  TempDir dir("kc-probe-");
+  ScopedTempDir dir("probe");
   if (!dir.ok()) return Status::error(Code::kIOError, "cannot create a temp dir for the compiler probe");
   const std::string src = dir.file("probe.cpp"), out = dir.file("probe.out");
   if (!write_file(src,
@@ -163,9 +145,10 @@ struct SharedObject {
   }
 };
 
+// One per process (runtime/fork.h): a fork()ed child never waits on a lock a parent's thread held.
 std::mutex& dlopen_mu() {
-  static std::mutex m;
-  return m;
+  static constinit PerFork<std::mutex> m;
+  return m.get();
 }
 
 // glibc identifies loaded objects by path: a "/proc/self/fd/N" still loaded (or stuck loaded)
@@ -201,7 +184,7 @@ Status open_shared_object(const std::string& binary, SharedObject& so) {
     memfd_err = "memfd_create failed";
   }
   // Fallback (memfd exec forbidden by policy, old kernels): a private file, unlinked once mapped.
-  TempDir dir("kc-so-");
+  ScopedTempDir dir("so");
   if (!dir.ok()) return Status::error(Code::kLaunchError, "dlopen: " + memfd_err + "; no temp dir for the fallback");
   std::string path = dir.file("kernel.so");
   if (!write_file(path, binary))
@@ -289,7 +272,7 @@ Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<s
     const Toolchain& tc = toolchain();
     if (!tc.status.is_ok()) return tc.status;
     auto t0 = std::chrono::steady_clock::now();
-    TempDir dir("kc-cpu-");
+    ScopedTempDir dir("cpu");
     if (!dir.ok()) return Status::error(Code::kIOError, "cannot create a temp dir for the CPU compiler");
     const std::string hdr = dir.file("kc_cpu.h"), src = dir.file("kernel.cpp"), so = dir.file("kernel.so"),
                       logf = dir.file("compile.log");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/cuda_api.h"
+#include "runtime/fork.h"
 #include "runtime/log.h"
 
 namespace kc {
@@ -313,7 +314,8 @@ Result<std::string> nvrtc_version() {
 }
 
 Result<Backend*> cuda_backend(int device) {
-  static std::mutex mu;
+  static constinit PerFork<std::mutex> mu_per_process;   // runtime/fork.h
+  std::mutex& mu = mu_per_process.get();
   static auto* backends = new std::map<int, Result<Backend*>>();  // never destroyed, see make_backend
   std::lock_guard<std::mutex> g(mu);
   auto it = backends->find(device);

@@ -1,4 +1,5 @@
-// Logging: a threshold read once from the environment, a mutex so lines never interleave.
+// Logging: a threshold read once from the environment, a mutex so lines never interleave (one per
+// process: runtime/fork.h), and the tags already logged once.
 #include "runtime/log.h"
 
 #include <atomic>
@@ -7,6 +8,8 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+
+#include "runtime/fork.h"
 
 namespace kc {
 namespace {
@@ -27,10 +30,15 @@ std::atomic<int>& level_ref() {
   return l;
 }
 
-std::mutex& mu() {
-  static std::mutex m;
-  return m;
-}
+// A fork()ed child starts with no tags seen: it is a process of its own, and reading the parent's
+// set could find it half-updated by a thread that does not exist in the child.
+struct LogState {
+  std::mutex line_mu;   // one line at a time
+  std::mutex seen_mu;   // guards seen
+  std::set<std::string> seen;
+};
+
+constinit PerFork<LogState> g_state;
 
 const char* name(LogLevel l) {
   switch (l) {
@@ -49,17 +57,16 @@ LogLevel log_level() { return static_cast<LogLevel>(level_ref().load()); }
 
 void log(LogLevel l, const std::string& msg) {
   if (static_cast<int>(l) < level_ref().load(std::memory_order_relaxed)) return;
-  std::lock_guard<std::mutex> g(mu());
+  std::lock_guard<std::mutex> g(g_state.get().line_mu);
   std::fprintf(stderr, "[kernelcraft] %s: %s\n", name(l), msg.c_str());
   std::fflush(stderr);
 }
 
 void log_once(LogLevel l, const std::string& tag, const std::string& msg) {
-  static std::mutex m;
-  static std::set<std::string> seen;
+  LogState& st = g_state.get();
   {
-    std::lock_guard<std::mutex> g(m);
-    if (!seen.insert(tag).second) return;
+    std::lock_guard<std::mutex> g(st.seen_mu);
+    if (!st.seen.insert(tag).second) return;
   }
   log(l, msg);
 }

@@ -14,6 +14,7 @@
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
+#include "runtime/temp_files.h"
 #include "runtime/worker_client.h"
 
 namespace kc {
@@ -75,8 +76,9 @@ std::string put_verified(const std::string& key, const std::string& source, cons
   TORCH_CHECK(!c.cache_readonly, "kernelcraft.put_kernel: the cache is configured read-only");
   const std::string exe = c.worker.empty() ? default_worker_exe() : c.worker;
   TORCH_CHECK(!exe.empty(), "kernelcraft.put_kernel: cannot find the kernelcraft executable (set KERNELCRAFT_WORKER)");
-  std::string dir = temp_root() + "/kc-put-XXXXXX";
-  TORCH_CHECK(mkdtemp(dir.data()) != nullptr, "kernelcraft.put_kernel: cannot create a temporary directory");
+  ScopedTempDir tmp("put");   // removed on every way out of here, the TORCH_CHECKs included
+  TORCH_CHECK(tmp.ok(), "kernelcraft.put_kernel: cannot create a temporary directory");
+  const std::string& dir = tmp.path();
   const std::string src = dir + "/kernel.src", spec = dir + "/launch.json", out = dir + "/output.txt";
   std::string reason;
   Result<ProcessResult> r = Status::error(Code::kIOError, "cannot write the kernel to " + dir);
@@ -96,7 +98,6 @@ std::string put_verified(const std::string& key, const std::string& source, cons
       at = nl == std::string::npos ? text.size() : nl + 1;
     }
   }
-  remove_tree(dir);
   TORCH_CHECK(r.is_ok(), "kernelcraft.put_kernel: could not run ", exe, ": ", r.status().to_string());
   TORCH_CHECK(r.value().ok(), "kernelcraft.put_kernel: ", reason.empty() ? "verification failed" : reason);
   State::get().table().forget(key);

@@ -1,10 +1,12 @@
 """A kernel put into the cache for a key is served for that key only, and its result is used."""
 import json
+import subprocess
+import time
 
 import pytest
 import torch
 
-from conftest import kc, kernel_source, run_python, status
+from conftest import CLI, kc, kernel_source, run_python, status
 
 
 def relu_key(x):
@@ -134,3 +136,31 @@ def test_put_kernel_rejects_bad_input(fresh_cache):
         kc.put_kernel("not-a-key", kernel_source("relu_cpu.cpp"), kernel_source("relu_cpu.json"))
     with pytest.raises(RuntimeError):
         kc.put_kernel(key, kernel_source("relu_cpu.cpp"), "{}")
+
+
+def test_a_removed_record_stops_being_served_while_every_call_hits(fresh_cache):
+    """`kernelcraft cache rm` reaches a running process within a few catch-up intervals (50 ms in
+    the tests) though no call misses to prompt a catch-up: before, 371 of 371 calls kept hitting."""
+    x = torch.randn(640, 3)
+    key = relu_key(x)
+    put_relu(key)
+    torch.relu(x)                  # loads it
+    kc.reset_counters()
+    torch.relu(x)
+    assert status()["ops"]["relu"]["hits"] == 1
+    r = subprocess.run([CLI, "--cache-dir", str(fresh_cache), "cache", "rm", key], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    t0, calls = time.time(), 0
+    kc.reset_counters()
+    while status()["ops"]["relu"]["misses"] == 0 and time.time() - t0 < 5:
+        torch.testing.assert_close(torch.relu(x), x.clamp_min(0), rtol=0, atol=0)
+        calls += 1
+        time.sleep(0.002)
+    assert status()["ops"]["relu"]["misses"] == 1, (calls, status()["ops"]["relu"])
+    assert time.time() - t0 < 2, "removal took longer than a few catch-up intervals"
+    kc.reset_counters()
+    for _ in range(5):
+        torch.relu(x)
+    s = status()["ops"]["relu"]
+    assert (s["hits"], s["misses"], s["fallbacks"]) == (0, 5, 0), s

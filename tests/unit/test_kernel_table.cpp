@@ -26,13 +26,14 @@ long long ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
 }
 
-void put_record(const std::string& dir, const std::string& key, const std::string& state) {
+void put_record(const std::string& dir, const std::string& key, const std::string& state,
+                const std::string& blob = "not really a shared object") {
   Record r;
   r.key = key;
   r.op = "aten::relu";
   r.backend = "cpu";
   r.state = state;
-  if (state == "served") r.blob = "not really a shared object";
+  if (state == "served") r.blob = blob;
   auto w = Store::open(dir, Store::Mode::kWriter);
   ASSERT_TRUE(w) << w.status().to_string();
   ASSERT_TRUE(w.value()->put(key, encode_record(r)).is_ok());
@@ -168,6 +169,43 @@ TEST(KernelTable, ForgetMakesTheNextLookupCatchUpAtOnce) {
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kMiss) << "no catch-up is due yet";
   t.forget("kc1|k");
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kLoad);
+}
+
+// A process that only hits still learns that its kernel's record was removed, demoted or replaced:
+// the store thread rechecks served kernels every catch_up_ms by itself (it used to catch up only
+// on misses, and a removed kernel was served for as long as every call hit).
+TEST(KernelTable, RemovalAndDemotionReachAProcessThatOnlyHits) {
+  struct Case {
+    const char* change;
+    Kind want;
+  };
+  for (const Case& c : {Case{"disabled", Kind::kDisabled}, Case{"eager_best", Kind::kEagerBest},
+                        Case{"removed", Kind::kMiss}, Case{"replaced", Kind::kLoad}}) {
+    TempDir d;
+    const std::string key = "kc1|k";
+    put_record(d.path, key, "served");
+    KernelTable t(d.path, false, 20);
+    auto l = t.find(key);
+    ASSERT_EQ(l.kind, Kind::kLoad);
+    auto k = std::make_shared<LoadedKernel>();
+    k->key = key;
+    k->record = l.record;
+    t.install(k);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));   // several rechecks of an unchanged record
+    ASSERT_EQ(t.find(key).kind, Kind::kServe) << c.change;
+    if (std::string(c.change) == "removed") {
+      auto w = Store::open(d.path, Store::Mode::kWriter);
+      ASSERT_TRUE(w) << w.status().to_string();
+      ASSERT_TRUE(w.value()->remove(key).is_ok());
+    } else if (std::string(c.change) == "replaced") {
+      put_record(d.path, key, "served", "another shared object");
+    } else {
+      put_record(d.path, key, c.change);
+    }
+    auto start = Clock::now();
+    EXPECT_TRUE(eventually(t, key, c.want, 3000)) << c.change;
+    EXPECT_LT(ms_since(start), 1000) << c.change << ": within a few catch-up intervals";
+  }
 }
 
 }  // namespace

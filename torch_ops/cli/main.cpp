@@ -9,6 +9,7 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/ops.h"
+#include "runtime/temp_files.h"
 #include "torch_ops/cli/cli.h"
 
 namespace kc::cli {
@@ -218,6 +219,8 @@ void print_json(const nlohmann::json& j, bool compact) {
 int main(int argc, char** argv) {
   // Everything below returns statuses; this is only the last guard against, say, bad_alloc.
   try {
+    // Every run, the evaluation child's included: what crashed processes left in temp_root() goes.
+    kc::sweep_stale_temp();
     // The evaluation child speaks its own line protocol (evolve/child.h); no CLI parsing.
     if (argc > 1 && std::string(argv[1]) == "eval-child") return kc::evolve::eval_child_main(argc, argv);
     return kc::cli::run(argc, argv);
