@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "runtime/cache_dir.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/fork.h"
@@ -136,6 +137,7 @@ Status State::configure(const nlohmann::json& j) {
                   next.catch_up_ms != cfg_.catch_up_ms;
     cfg_ = next;
     set_log_level(level_of(cfg_.log_level));
+    set_cache_dir_shared(cfg_.cache_shared);
     policy_.store(policy_literal(cfg_.policy));
     apply_switches();
     if (reopen && table_) {

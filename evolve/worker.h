@@ -12,6 +12,7 @@
 #include "evolve/llm.h"
 #include "evolve/search.h"
 #include "runtime/status.h"
+#include "runtime/worker_client.h"
 
 namespace kc::evolve {
 
@@ -31,8 +32,9 @@ struct EvolveOptions {
   const std::atomic<bool>* stop = nullptr;             // asked to stop: persist and return
 };
 nlohmann::json to_json(const EvolveOptions& o);
-// Reads the fields of to_json() (search options included) over `o`.
-void apply_evolve_json(EvolveOptions& o, const nlohmann::json& j);
+// Reads the fields of to_json() (search options included) over `o`: a job's settings. A wrong type
+// or an out-of-range value is kInvalid and leaves `o` unchanged.
+Status apply_evolve_json(EvolveOptions& o, const nlohmann::json& j);
 
 struct EvolveResult {
   std::string key;
@@ -52,6 +54,13 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
 // infrastructure error (the child could not start).
 Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std::string& source,
                                      const nlohmann::json& launch, int device, const EvolveOptions& o);
+
+// What the worker checks before it runs a job: the key names a call we can search and the
+// settings validate (apply_evolve_json). The job's options, or why it is rejected.
+Result<EvolveOptions> job_options(const EvolveOptions& base, const Job& job);
+// read_job (runtime/worker_client.h) + job_options: `kernelcraft job-check` and the fuzz tests use
+// exactly the worker's validation.
+Result<EvolveOptions> check_job_file(const EvolveOptions& base, const std::string& path);
 
 // The daemon: holds <cache>/worker.lock, runs pending jobs oldest first, exits after idle_exit_s
 // without jobs. Returns the process exit code.

@@ -135,6 +135,20 @@ int run_worker_cmd(const Args& args) {
   return evolve::run_worker(o, idle);
 }
 
+int run_job_check_cmd(const Args& args) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  if (args.words.size() < 2) return usage_error("job-check needs job files");
+  int bad = 0;
+  for (size_t i = 1; i < args.words.size(); ++i) {
+    auto r = evolve::check_job_file(o, args.words[i]);
+    if (!r) ++bad;
+    nlohmann::json j = {{"file", args.words[i]}, {"ok", r.is_ok()}, {"reason", r ? "" : r.status().to_string()}};
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return bad ? kExitFailure : kExitOk;
+}
+
 int run_evolve_cmd(const Args& args) {
   evolve::EvolveOptions o;
   if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
