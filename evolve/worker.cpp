@@ -14,6 +14,7 @@
 #include "kernel_cache/record.h"
 #include "kernel_cache/store.h"
 #include "evolve/child_session.h"
+#include "evolve/memory_cap.h"
 #include "evolve/static_check.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
@@ -203,7 +204,17 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     if (!s) log(LogLevel::kWarn, "cannot save the search state of " + key + ": " + s.to_string());
   };
 
+  // A key too large for the memory cap is skipped before a child exists (memory_cap.h).
+  const int64_t mem_cap = eval_memory_cap(o.memory_share);
+  if (std::string why = memory_refusal(call.value(), mem_cap); !why.empty()) {
+    res.outcome = "skipped";
+    res.why = why;
+    say(why);
+    return res;
+  }
   std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device)};
+  if (mem_cap > 0 && call.value().backend == "cpu")
+    argv.insert(argv.end(), {"--address-space-mb", std::to_string(mem_cap >> 20)});
   std::string call_file;
   if (!job_file.empty()) {
     argv.insert(argv.end(), {"--job", job_file});

@@ -27,6 +27,7 @@ struct EvolveOptions {
   double noise_sigmas = 3;           // ... and by this many (robust) standard deviations of both timings
   int max_promote_tries = 3;         // candidates taken through the full gauntlet, fastest first
   int jobs = 1;                      // keys searched concurrently by the worker
+  double memory_share = 0.5;         // the CPU evaluation child's memory cap (evolve/memory_cap.h)
   LlmOptions llm;                    // the LLM proposer (off unless llm.url is set); the worker's own
   std::function<void(const std::string&)> progress;   // one line per event (may be empty)
   const std::atomic<bool>* stop = nullptr;             // asked to stop: persist and return
@@ -38,7 +39,7 @@ Status apply_evolve_json(EvolveOptions& o, const nlohmann::json& j);
 
 struct EvolveResult {
   std::string key;
-  std::string outcome;               // "served" | "eager_best" | "exists" | "stopped" | "failed"
+  std::string outcome;               // "served" | "eager_best" | "exists" | "stopped" | "failed" | "skipped"
   std::string why;
   double eager_ms = 0, best_ms = 0;
   int evaluated = 0;                 // candidates evaluated in this run (resumed work excluded)

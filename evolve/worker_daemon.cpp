@@ -73,7 +73,7 @@ void process_job(const EvolveOptions& base, const std::string& path, double gpu_
   log(LogLevel::kWarn, tag + "outcome " + r.to_json().dump());
   if (r.outcome == "stopped") return;   // resumed by the next worker
   // Kept aside for inspection; a later miss may submit it again.
-  if (r.outcome == "failed") set_aside(base.cache_dir, path, "failed", r.why);
+  if (r.outcome == "failed" || r.outcome == "skipped") set_aside(base.cache_dir, path, "failed", r.why);
   else unlink(path.c_str());
 }
 

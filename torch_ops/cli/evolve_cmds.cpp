@@ -25,6 +25,7 @@ int evolve_options(const Args& args, evolve::EvolveOptions& o) {
   if (o.self_exe.empty()) o.self_exe = "kernelcraft";
   o.gpu_share = c.evolve_gpu_share;
   o.jobs = c.evolve_jobs;
+  o.memory_share = c.evolve_memory_share;
   o.search.mu = c.evolve_mu;
   o.search.lambda = c.evolve_lambda;
   o.search.max_generations = c.evolve_generations;
