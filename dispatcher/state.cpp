@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "runtime/cache_dir.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/fork.h"
@@ -140,6 +141,7 @@ Status State::configure(const nlohmann::json& j) {
     bool reopen = next->cache_dir != cur.cache_dir || next->cache_readonly != cur.cache_readonly ||
                   next->catch_up_ms != cur.catch_up_ms;
     set_log_level(level_of(next->log_level));
+    set_cache_dir_shared(next->cache_shared);
     policy_.store(policy_literal(next->policy));
     apply_switches(*next);
     ops = next->ops;

@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "evolve/gauntlet.h"
+#include "evolve/memory_cap.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
 #include "runtime/temp_files.h"
@@ -49,6 +50,12 @@ int eval_child_main(int argc, char** argv) {
     if (a == "--job") job_path = argv[++i];
     else if (a == "--call") call_path = argv[++i];
     else if (a == "--device") device = std::atoi(argv[++i]);
+    else if (a == "--address-space-mb") {
+      // Before any tensor exists: a key that outgrows the cap fails an allocation here (one
+      // verdict), never the host. CPU children only (memory_cap.h says why).
+      const int64_t cap = static_cast<int64_t>(std::atoll(argv[++i])) << 20;
+      if (!limit_address_space(cap)) log(LogLevel::kWarn, "eval-child: cannot set RLIMIT_AS");
+    }
   }
   OpCall call;
   std::vector<at::Tensor> captured;

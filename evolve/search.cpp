@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <functional>
 
+#include "runtime/json_util.h"
+
 namespace kc::evolve {
 
 nlohmann::json to_json(const SearchOptions& o) {
@@ -12,17 +14,22 @@ nlohmann::json to_json(const SearchOptions& o) {
           {"key_budget_s", o.key_budget_s}, {"seed", o.seed}};
 }
 
-SearchOptions search_options_from(const nlohmann::json& j) {
+Result<SearchOptions> search_options_from(const nlohmann::json& j) {
   SearchOptions o;
-  if (!j.is_object()) return o;
-  o.mu = std::max(1, j.value("mu", o.mu));
-  o.lambda = std::max(1, j.value("lambda", o.lambda));
-  o.max_generations = std::max(1, j.value("max_generations", o.max_generations));
-  o.patience = std::max(1, j.value("patience", o.patience));
-  o.target_speedup = j.value("target_speedup", o.target_speedup);
-  o.max_candidates = std::max(1, j.value("max_candidates", o.max_candidates));
-  o.key_budget_s = j.value("key_budget_s", o.key_budget_s);
-  o.seed = j.value("seed", o.seed);
+  if (j.is_null()) return o;
+  if (!j.is_object()) return Status::error(Code::kInvalid, "search: not a map");
+  // Bounds keep one generation (mu + lambda candidates) and the loops around it finite; 0 and
+  // negative counts are clamped to 1 as before.
+  constexpr int kMaxBatch = 1024, kMaxCount = 1 << 20;
+  KC_RETURN_IF_ERROR(read_field(j, "mu", o.mu, -kMaxBatch, kMaxBatch));
+  KC_RETURN_IF_ERROR(read_field(j, "lambda", o.lambda, -kMaxBatch, kMaxBatch));
+  KC_RETURN_IF_ERROR(read_field(j, "max_generations", o.max_generations, -kMaxCount, kMaxCount));
+  KC_RETURN_IF_ERROR(read_field(j, "patience", o.patience, -kMaxCount, kMaxCount));
+  KC_RETURN_IF_ERROR(read_field(j, "target_speedup", o.target_speedup, 0.0, 1e6));
+  KC_RETURN_IF_ERROR(read_field(j, "max_candidates", o.max_candidates, -kMaxCount, kMaxCount));
+  KC_RETURN_IF_ERROR(read_field(j, "key_budget_s", o.key_budget_s, 0.0, 1e8));
+  KC_RETURN_IF_ERROR(read_field(j, "seed", o.seed));
+  for (int* v : {&o.mu, &o.lambda, &o.max_generations, &o.patience, &o.max_candidates}) *v = std::max(1, *v);
   return o;
 }
 
@@ -74,6 +81,29 @@ SearchState search_state_from(const nlohmann::json& j) {
     for (const auto& p : j["proposals"]) s.proposals.push_back(p);
   s.llm_generation = j.value("llm_generation", -1);
   return s;
+}
+
+Result<SearchState> parse_search_state(std::string_view text) {
+  auto j = parse_json_text(text);
+  if (!j) return j.status();
+  if (!j.value().is_object()) return Status::error(Code::kCorrupt, "search state: not an object");
+  // The fields are read with throwing accessors here and again by the search (pending entries,
+  // LLM proposals); reading every one of them once, inside this boundary, means a damaged state
+  // is refused here instead of throwing later on a worker thread.
+  try {
+    SearchState s = search_state_from(j.value());
+    for (const auto& p : s.pending) {
+      (void)p.value("id", std::string()), (void)p.value("family", std::string()), (void)p.value("origin", std::string());
+      (void)p.value("knobs", Knobs{}), (void)p.value("parents", std::vector<std::string>{});
+    }
+    for (const auto& p : s.proposals) {
+      (void)p.value("source", std::string()), (void)p.value("launch", nlohmann::json::object());
+      (void)p.value("parents", std::vector<std::string>{});
+    }
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(Code::kCorrupt, std::string("search state: ") + e.what());
+  }
 }
 
 Search::Search(OpCall call, SearchOptions opt, SearchState resumed)

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,8 @@ struct SearchOptions {
   uint64_t seed = 0x6b63;
 };
 nlohmann::json to_json(const SearchOptions& o);
-SearchOptions search_options_from(const nlohmann::json& j);   // missing fields keep defaults
+// Missing fields keep their defaults; a wrong type or an out-of-range value is kInvalid.
+Result<SearchOptions> search_options_from(const nlohmann::json& j);
 
 // The outcome of one candidate through the gauntlet's search stages.
 struct Evaluation {
@@ -60,7 +62,10 @@ struct SearchState {
   int llm_generation = -1;        // the last generation the LLM was asked in
 };
 nlohmann::json to_json(const SearchState& s);
-SearchState search_state_from(const nlohmann::json& j);
+SearchState search_state_from(const nlohmann::json& j);   // throws on wrong types; see below
+// A stored search state (JSON text from the cache): kCorrupt for anything search_state_from or
+// the search would trip over later. Never throws.
+Result<SearchState> parse_search_state(std::string_view text);
 
 class Search {
  public:

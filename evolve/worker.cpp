@@ -1,28 +1,25 @@
-// evolve_key (search -> promotion -> record), verify_kernel, and the worker daemon; see worker.h.
+// evolve_key (search -> promotion -> record) and verify_kernel; the daemon is in worker_daemon.cpp. See worker.h.
 #include "evolve/worker.h"
 
-#include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <deque>
 #include <fstream>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <thread>
 
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
 #include "kernel_cache/store.h"
 #include "evolve/child_session.h"
+#include "evolve/memory_cap.h"
 #include "evolve/static_check.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
+#include "runtime/json_util.h"
 #include "runtime/temp_files.h"
 #include "runtime/worker_client.h"
 
@@ -37,14 +34,22 @@ nlohmann::json to_json(const EvolveOptions& o) {
           {"min_gain", o.min_gain}, {"noise_sigmas", o.noise_sigmas}, {"max_promote_tries", o.max_promote_tries}};
 }
 
-void apply_evolve_json(EvolveOptions& o, const nlohmann::json& j) {
-  if (!j.is_object()) return;
-  if (j.contains("search")) o.search = search_options_from(j["search"]);
+Status apply_evolve_json(EvolveOptions& o, const nlohmann::json& j) {
+  if (j.is_null()) return Status::ok();
+  if (!j.is_object()) return Status::error(Code::kInvalid, "settings: not a map");
+  EvolveOptions n = o;
+  if (auto it = j.find("search"); it != j.end()) {
+    auto s = search_options_from(*it);
+    if (!s) return s.status();
+    n.search = s.value();
+  }
   // gpu_share and jobs are the worker's own (its command line), not a job's.
-  o.candidate_timeout_s = j.value("candidate_timeout_s", o.candidate_timeout_s);
-  o.min_gain = j.value("min_gain", o.min_gain);
-  o.noise_sigmas = j.value("noise_sigmas", o.noise_sigmas);
-  o.max_promote_tries = j.value("max_promote_tries", o.max_promote_tries);
+  KC_RETURN_IF_ERROR(read_field(j, "candidate_timeout_s", n.candidate_timeout_s, 1.0, 1e6));
+  KC_RETURN_IF_ERROR(read_field(j, "min_gain", n.min_gain, 0.0, 0.99));
+  KC_RETURN_IF_ERROR(read_field(j, "noise_sigmas", n.noise_sigmas, 0.0, 1e3));
+  KC_RETURN_IF_ERROR(read_field(j, "max_promote_tries", n.max_promote_tries, 0, 100));
+  o = std::move(n);
+  return Status::ok();
 }
 
 nlohmann::json EvolveResult::to_json() const {
@@ -212,8 +217,9 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
   };
   SearchState state;
   if (auto saved = read_value(o.cache_dir, search_state_key(key))) {
-    auto j = nlohmann::json::parse(saved.value(), nullptr, false);
-    if (!j.is_discarded()) state = search_state_from(j);
+    auto parsed = parse_search_state(saved.value());
+    if (!parsed) say("the saved search state does not read (" + parsed.status().to_string() + "); starting afresh");
+    else state = std::move(parsed.value());
     say("resuming: " + std::to_string(state.tried.size()) + " candidates already evaluated, generation " +
         std::to_string(state.generation));
   }
@@ -223,7 +229,17 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     if (!s) log(LogLevel::kWarn, "cannot save the search state of " + key + ": " + s.to_string());
   };
 
+  // A key too large for the memory cap is skipped before a child exists (memory_cap.h).
+  const int64_t mem_cap = eval_memory_cap(o.memory_share);
+  if (std::string why = memory_refusal(call.value(), mem_cap); !why.empty()) {
+    res.outcome = "skipped";
+    res.why = why;
+    say(why);
+    return res;
+  }
   std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device)};
+  if (mem_cap > 0 && call.value().backend == "cpu")
+    argv.insert(argv.end(), {"--address-space-mb", std::to_string(mem_cap >> 20)});
   std::string call_file;
   if (!job_file.empty()) {
     argv.insert(argv.end(), {"--job", job_file});
@@ -380,82 +396,6 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
   unlink(file.c_str());
   if (!s) return s;
   return child.evaluate("verify", source, launch, "full");
-}
-
-namespace {
-std::atomic<bool> g_stop{false};
-void on_term(int) { g_stop.store(true); }
-}  // namespace
-
-int run_worker(const EvolveOptions& base, double idle_exit_s) {
-  RemoveAtScopeEnd calls(owned_temp_path("calls"));   // temp_call_file()'s directory
-  auto lock = WorkerLock::acquire(base.cache_dir);
-  if (!lock) {
-    log(LogLevel::kInfo, "worker: " + lock.status().message());
-    return 0;
-  }
-  log(LogLevel::kWarn, "worker: pid " + std::to_string(getpid()) + " serving " + base.cache_dir);
-  signal(SIGPIPE, SIG_IGN);
-  signal(SIGTERM, on_term);
-  signal(SIGINT, on_term);
-  // Below the user's job for the CPU too (compiles, references).
-  setpriority(PRIO_PROCESS, 0, 10);
-  const int threads = std::max(1, base.jobs);
-  std::mutex mu;
-  std::set<std::string> running;
-  auto last_work = Clock::now();
-  auto worker_thread = [&] {
-    while (!g_stop.load()) {
-      std::string path;
-      {
-        std::lock_guard<std::mutex> g(mu);
-        for (const auto& p : list_jobs(base.cache_dir))
-          if (!running.count(p)) {
-            path = p;
-            running.insert(p);
-            break;
-          }
-        if (!path.empty()) last_work = Clock::now();
-        else if (running.empty() && secs_since(last_work) > idle_exit_s) return;
-      }
-      if (path.empty()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        continue;
-      }
-      auto job = read_job(path);
-      if (!job) {
-        log(LogLevel::kWarn, "worker: dropping unreadable job " + path + ": " + job.status().to_string());
-        unlink(path.c_str());
-      } else {
-        EvolveOptions o = base;
-        apply_evolve_json(o, job.value().settings);
-        o.gpu_share = base.gpu_share / threads;   // the budget is the worker's, shared by its searches
-        o.stop = &g_stop;
-        const std::string tag = "[" + fnv1a64_hex(job.value().key).substr(0, 8) + "] ";
-        o.progress = [tag](const std::string& s) { log(LogLevel::kWarn, tag + s); };
-        log(LogLevel::kWarn, tag + "job " + job.value().key);
-        EvolveResult r = evolve_key(job.value().key, path, job.value().device, o);
-        log(LogLevel::kWarn, tag + "outcome " + r.to_json().dump());
-        if (r.outcome != "stopped") {
-          if (r.outcome == "failed") {   // kept aside for inspection; a later miss may submit it again
-            make_dirs(jobs_dir(base.cache_dir) + "/failed");
-            std::string dst = jobs_dir(base.cache_dir) + "/failed/" + path.substr(path.rfind('/') + 1);
-            if (rename(path.c_str(), dst.c_str()) != 0) unlink(path.c_str());
-          } else {
-            unlink(path.c_str());
-          }
-        }
-      }
-      std::lock_guard<std::mutex> g(mu);
-      running.erase(path);
-      last_work = Clock::now();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker_thread);
-  for (auto& t : pool) t.join();
-  log(LogLevel::kWarn, "worker: exiting" + std::string(g_stop.load() ? " (asked to stop)" : " (idle)"));
-  return 0;
 }
 
 }  // namespace kc::evolve

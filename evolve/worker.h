@@ -12,6 +12,7 @@
 #include "evolve/llm.h"
 #include "evolve/search.h"
 #include "runtime/status.h"
+#include "runtime/worker_client.h"
 
 namespace kc::evolve {
 
@@ -35,18 +36,20 @@ struct EvolveOptions {
   double noise_sigmas = 3;           // ... and by this many (robust) standard deviations of both timings
   int max_promote_tries = 3;         // candidates taken through the full gauntlet, fastest first
   int jobs = 1;                      // keys searched concurrently by the worker
+  double memory_share = 0.5;         // the CPU evaluation child's memory cap (evolve/memory_cap.h)
   LlmOptions llm;                    // the LLM proposer (off unless llm.url is set); the worker's own
   std::function<void(const std::string&)> progress;   // one line per event (may be empty)
   std::function<void(const SearchProgress&)> on_step; // after every candidate (may be empty)
   const std::atomic<bool>* stop = nullptr;             // asked to stop: persist and return
 };
 nlohmann::json to_json(const EvolveOptions& o);
-// Reads the fields of to_json() (search options included) over `o`.
-void apply_evolve_json(EvolveOptions& o, const nlohmann::json& j);
+// Reads the fields of to_json() (search options included) over `o`: a job's settings. A wrong type
+// or an out-of-range value is kInvalid and leaves `o` unchanged.
+Status apply_evolve_json(EvolveOptions& o, const nlohmann::json& j);
 
 struct EvolveResult {
   std::string key;
-  std::string outcome;               // "served" | "eager_best" | "exists" | "stopped" | "failed"
+  std::string outcome;               // "served" | "eager_best" | "exists" | "stopped" | "failed" | "skipped"
   std::string why;
   double eager_ms = 0, best_ms = 0;
   int evaluated = 0;                 // candidates evaluated in this run (resumed work excluded)
@@ -62,6 +65,13 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
 // infrastructure error (the child could not start).
 Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std::string& source,
                                      const nlohmann::json& launch, int device, const EvolveOptions& o);
+
+// What the worker checks before it runs a job: the key names a call we can search and the
+// settings validate (apply_evolve_json). The job's options, or why it is rejected.
+Result<EvolveOptions> job_options(const EvolveOptions& base, const Job& job);
+// read_job (runtime/worker_client.h) + job_options: `kernelcraft job-check` and the fuzz tests use
+// exactly the worker's validation.
+Result<EvolveOptions> check_job_file(const EvolveOptions& base, const std::string& path);
 
 // The daemon: holds <cache>/worker.lock, runs pending jobs oldest first, exits after idle_exit_s
 // without jobs. Returns the process exit code.

@@ -13,6 +13,7 @@
 
 #include "kernel_cache/key.h"
 #include "kernel_cache/record.h"
+#include "runtime/json_util.h"
 #include "runtime/ops.h"
 
 namespace kc {
@@ -124,9 +125,10 @@ Result<ExportStats> export_impl(Store& store, const std::string& path, const Bun
 Result<json> parse_bundle(const std::string& path) {
   auto bytes = read_file(path);
   if (!bytes) return bytes.status();
-  json b = json::from_cbor(bytes.value(), /*strict=*/true, /*allow_exceptions=*/false);
-  if (b.is_discarded() || !b.is_object())
+  auto parsed = parse_cbor(bytes.value());
+  if (!parsed || !parsed.value().is_object())
     return Status::error(Code::kCorrupt, path + " is not a kernelcraft bundle (not CBOR)");
+  json b = std::move(parsed.value());
   auto magic = b.find("magic");
   if (magic == b.end() || !magic->is_string() || magic->get<std::string>() != kMagic)
     return Status::error(Code::kCorrupt, path + " is not a kernelcraft bundle (no magic)");

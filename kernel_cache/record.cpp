@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "runtime/json_util.h"
 #include "runtime/fsutil.h"
 
 namespace kc {
@@ -99,10 +100,11 @@ std::string encode_record(const Record& r) {
 Result<Record> decode_record(const std::string& bytes) {
   if (bytes.empty()) return corrupt("empty value");
   try {
-    // strict: trailing bytes after the map mean a torn or concatenated value, not a record.
-    json j = json::from_cbor(bytes, /*strict=*/true, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return corrupt("bytes do not decode as CBOR");
-    return decode_object(j);
+    // strict: trailing bytes after the map mean a torn or concatenated value, not a record. Depth-
+    // bounded: records come from other processes' writes and from bundles.
+    auto j = parse_cbor(bytes);
+    if (!j) return corrupt("bytes do not decode as CBOR: " + j.status().message());
+    return decode_object(j.value());
   } catch (const std::exception& e) {
     return corrupt(std::string("decode failed: ") + e.what());
   }

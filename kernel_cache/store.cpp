@@ -1,6 +1,7 @@
 // The RocksDB store behind store.h: option choices, the writer's lock retry, the per-process
 // secondary directory, and RocksDB statuses mapped onto kc::Status. Nothing here throws or aborts.
 #include "kernel_cache/store.h"
+#include "runtime/cache_dir.h"
 #include "runtime/fsutil.h"
 
 #include <pwd.h>
@@ -219,8 +220,8 @@ Status check_not_orphaned(const std::string& dir) {
 }
 
 Result<std::unique_ptr<rocksdb::DB>> open_writer(const std::string& dir, int lock_wait_ms) {
-  if (!make_dirs(dir))
-    return Status::error(Code::kIOError, "cannot create cache directory " + dir + ": " + std::strerror(errno));
+  // Created private, or checked to be ours and not writable by others (runtime/cache_dir.h).
+  KC_RETURN_IF_ERROR(prepare_cache_dir(dir));
   KC_RETURN_IF_ERROR(check_not_orphaned(dir));
   rocksdb::Options o = base_options(Store::Mode::kWriter);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, lock_wait_ms));

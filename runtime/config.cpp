@@ -17,6 +17,10 @@ const std::vector<ConfigField>& config_fields() {
       {"ops", "KERNELCRAFT_OPS", "intercepted ops: default | all | none | list, e.g. \"-gelu\" or \"relu,softmax\""},
       {"cache_dir", "KERNELCRAFT_CACHE_DIR", "cache directory (default ~/.cache/kernelcraft)"},
       {"cache_readonly", "KERNELCRAFT_CACHE_READONLY", "serve a shipped cache without ever writing it"},
+      {"cache_shared", "KERNELCRAFT_CACHE_SHARED",
+       "allow a cache directory owned by another user or writable by group/others (default: private, 0700)"},
+      {"evolve_memory_share", "KERNELCRAFT_EVOLVE_MEMORY_SHARE",
+       "CPU evaluation child's memory cap as a fraction of available memory (0..1; 0: no cap)"},
       {"serve_unverified", "KERNELCRAFT_SERVE_UNVERIFIED",
        "also serve kernels stored by hand without verification (cache put, put_kernel)"},
       {"miss_log", "KERNELCRAFT_MISS_LOG", "file to which each newly missed key is appended (pre-warming)"},
@@ -123,6 +127,8 @@ Status apply_json(Config& c, const nlohmann::json& j) {
         n.ops = ops.value();
       } else if (k == "cache_dir") n.cache_dir = v.get<std::string>();
       else if (k == "cache_readonly") n.cache_readonly = v.get<bool>();
+      else if (k == "cache_shared") n.cache_shared = v.get<bool>();
+      else if (k == "evolve_memory_share") n.evolve_memory_share = std::clamp(v.get<double>(), 0.0, 1.0);
       else if (k == "miss_log") n.miss_log = v.get<std::string>();
       else if (k == "serve_unverified") n.serve_unverified = v.get<bool>();
       else if (k == "cxx") n.cxx = v.get<std::string>();
@@ -164,7 +170,8 @@ Status apply_json(Config& c, const nlohmann::json& j) {
 
 nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
-          {"cache_readonly", c.cache_readonly}, {"miss_log", c.miss_log}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
+          {"cache_readonly", c.cache_readonly}, {"cache_shared", c.cache_shared},
+          {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
           {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
@@ -201,6 +208,7 @@ Config load_config() {
   }
   if (const char* v = env("KERNELCRAFT_CACHE_DIR")) c.cache_dir = v;
   if (const char* v = env("KERNELCRAFT_CACHE_READONLY")) c.cache_readonly = truthy(v);
+  if (const char* v = env("KERNELCRAFT_CACHE_SHARED")) c.cache_shared = truthy(v);
   if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
   if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
   if (const char* v = env("KERNELCRAFT_LLM_API")) {
@@ -227,7 +235,7 @@ Config load_config() {
       {"KERNELCRAFT_EVOLVE_LAMBDA", "evolve_lambda"}, {"KERNELCRAFT_EVOLVE_GENERATIONS", "evolve_generations"},
       {"KERNELCRAFT_EVOLVE_CAPTURE_MB", "evolve_capture_mb"}, {"KERNELCRAFT_WORKER_IDLE_S", "worker_idle_s"},
       {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"},
-      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}};
+      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}, {"KERNELCRAFT_EVOLVE_MEMORY_SHARE", "evolve_memory_share"}};
   for (const auto& [var, key] : numeric) {
     const char* v = env(var);
     if (!v) continue;
@@ -235,7 +243,8 @@ Config load_config() {
     double x = std::strtod(v, &end);
     nlohmann::json j = {{key, x}};
     if (std::string(key) != "evolve_gpu_share" && std::string(key) != "evolve_key_budget_s" &&
-        std::string(key) != "worker_idle_s" && std::string(key) != "evolve_candidate_timeout_s")
+        std::string(key) != "worker_idle_s" && std::string(key) != "evolve_candidate_timeout_s" &&
+        std::string(key) != "evolve_memory_share")
       j[key] = static_cast<int>(x);
     if (end == v || *end != 0 || !apply_json(c, j))
       log_once(LogLevel::kWarn, std::string("config-") + key, std::string(var) + "=" + v + " is not a valid number; ignoring it");

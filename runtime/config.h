@@ -16,6 +16,12 @@ struct Config {
   std::vector<std::string> ops;        // KERNELCRAFT_OPS / "ops": intercepted ops (short names)
   std::string cache_dir;               // KERNELCRAFT_CACHE_DIR / "cache_dir"
   bool cache_readonly = false;         // KERNELCRAFT_CACHE_READONLY / "cache_readonly"
+  bool cache_shared = false;           // KERNELCRAFT_CACHE_SHARED / "cache_shared": allow a cache
+                                       // directory owned by another user or group-writable
+                                       // (runtime/cache_dir.h); private (0700, ours) otherwise
+  double evolve_memory_share = 0.5;    // KERNELCRAFT_EVOLVE_MEMORY_SHARE / "evolve_memory_share": the
+                                       // CPU evaluation child's address-space cap, as a fraction of
+                                       // the memory available when it starts (0: no cap)
   std::string miss_log;                // KERNELCRAFT_MISS_LOG / "miss_log": append missed keys here
   std::string cxx = "c++";             // KERNELCRAFT_CXX / "cxx": host compiler for CPU kernels
   std::string nvrtc_path;              // KERNELCRAFT_NVRTC / "nvrtc": libnvrtc to dlopen first

@@ -77,7 +77,9 @@ Result<ProcessResult> run_process(const std::vector<std::string>& argv, const Pr
   SpawnAttrs sa;
   const char* out = o.output_path.empty() ? "/dev/null" : o.output_path.c_str();
   posix_spawn_file_actions_addopen(&sa.fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&sa.fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  // O_NOFOLLOW here and below: logs land in shared places (temp dirs, the cache directory), where a
+  // planted symlink must make the spawn fail rather than truncate or append to its target.
+  posix_spawn_file_actions_addopen(&sa.fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
   posix_spawn_file_actions_adddup2(&sa.fa, 1, 2);
   // Its own group, so a timeout kills cc1plus too.
   posix_spawnattr_setpgroup(&sa.attr, 0);
@@ -160,7 +162,7 @@ Result<std::unique_ptr<PipedChild>> PipedChild::spawn(const std::vector<std::str
   posix_spawn_file_actions_adddup2(&sa.fa, to_child[0], 0);
   posix_spawn_file_actions_adddup2(&sa.fa, from_child[1], 1);
   if (!stderr_path.empty())
-    posix_spawn_file_actions_addopen(&sa.fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_addopen(&sa.fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
   posix_spawnattr_setpgroup(&sa.attr, 0);
   clean_signals(sa, POSIX_SPAWN_SETPGROUP);
   auto pid = spawn_with(sa, argv, env);
@@ -264,7 +266,7 @@ Result<int> spawn_detached(const std::vector<std::string>& argv, const std::vect
   posix_spawn_file_actions_addopen(&sa.fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&sa.fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&sa.fa, 2, log_path.empty() ? "/dev/null" : log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0600);
+                                   O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
   // A new session: the worker is not in the user's process group, so a Ctrl-C of the training job
   // does not kill it mid-write, and it never receives the job's terminal signals.
   clean_signals(sa, POSIX_SPAWN_SETSID);

@@ -6,7 +6,9 @@
 // file and is a no-op, so several training processes never start duplicate searches. The worker
 // deletes a job when its search has ended (a record "served" or "eager_best" is in the cache).
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 #include <string>
 #include <vector>
@@ -26,12 +28,21 @@ struct Job {
   int submitter_pid = 0;
 };
 
+constexpr int kJobFormat = 1;
+constexpr size_t kMaxJobBytes = size_t{8} << 30;    // far above any capture (evolve_capture_mb)
+constexpr size_t kMaxJobKeyBytes = 64 << 10;
+constexpr int kMaxDevice = 4095;
+
 std::string jobs_dir(const std::string& cache_dir);
 std::string job_path(const std::string& cache_dir, const std::string& key);
 
 // Writes the job; kBusy (not an error for callers) if one for this key is already pending.
 Status submit_job(const std::string& cache_dir, const Job& job);
 bool job_pending(const std::string& cache_dir, const std::string& key);
+// A job file's bytes, validated field by field (types and ranges); kCorrupt / kInvalid with the
+// reason for anything else. Never throws. The settings are checked by their reader (the worker).
+Result<Job> parse_job(std::string_view bytes);
+// read_regular_file (no symlinks) + parse_job.
 Result<Job> read_job(const std::string& path);
 // Paths of pending jobs, oldest first.
 std::vector<std::string> list_jobs(const std::string& cache_dir);

@@ -122,10 +122,13 @@ TEST(Search, NoTemplateFinishesAtOnce) {
 }
 
 TEST(Search, OptionsRoundTripAndClamp) {
-  SearchOptions o = search_options_from({{"mu", 0}, {"lambda", 3}, {"max_generations", 2}});
+  SearchOptions o = search_options_from({{"mu", 0}, {"lambda", 3}, {"max_generations", 2}}).value();
   EXPECT_EQ(o.mu, 1);
   EXPECT_EQ(o.lambda, 3);
-  SearchOptions p = search_options_from(to_json(o));
+  SearchOptions p = search_options_from(to_json(o)).value();
+  EXPECT_FALSE(search_options_from({{"mu", "4"}}).is_ok());
+  EXPECT_FALSE(search_options_from({{"lambda", 1e12}}).is_ok());
+  EXPECT_FALSE(search_options_from({{"key_budget_s", -1}}).is_ok());
   EXPECT_EQ(p.lambda, 3);
   EXPECT_EQ(p.max_generations, 2);
 }

@@ -47,6 +47,8 @@ int run_worker_cmd(const Args& args);
 int run_evolve_cmd(const Args& args);
 int run_verify_cmd(const Args& args);
 int run_search_state_cmd(const Args& args);
+// `kernelcraft job-check FILE...`: the worker's validation of job files, one JSON line each.
+int run_job_check_cmd(const Args& args);
 // `cache put --verify`: the gauntlet for the call `key` describes. kExitOk with the verdict JSON when
 // verified; otherwise the rejection (or infrastructure error) is reported and its exit code returned.
 int verify_for_put(const Args& args, const std::string& key, const std::string& source,

@@ -27,6 +27,7 @@ int evolve_options(const Args& args, evolve::EvolveOptions& o) {
   if (o.self_exe.empty()) o.self_exe = "kernelcraft";
   o.gpu_share = c.evolve_gpu_share;
   o.jobs = c.evolve_jobs;
+  o.memory_share = c.evolve_memory_share;
   o.search.mu = c.evolve_mu;
   o.search.lambda = c.evolve_lambda;
   o.search.max_generations = c.evolve_generations;
@@ -135,6 +136,20 @@ int run_worker_cmd(const Args& args) {
   if (!args.value("idle-s").empty()) idle = std::atof(args.value("idle-s").c_str());
   set_log_level(LogLevel::kInfo);
   return evolve::run_worker(o, idle);
+}
+
+int run_job_check_cmd(const Args& args) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return rc;
+  if (args.words.size() < 2) return usage_error("job-check needs job files");
+  int bad = 0;
+  for (size_t i = 1; i < args.words.size(); ++i) {
+    auto r = evolve::check_job_file(o, args.words[i]);
+    if (!r) ++bad;
+    nlohmann::json j = {{"file", args.words[i]}, {"ok", r.is_ok()}, {"reason", r ? "" : r.status().to_string()}};
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return bad ? kExitFailure : kExitOk;
 }
 
 int run_evolve_cmd(const Args& args) {

@@ -46,6 +46,7 @@ const char kUsage[] =
     "                                       gauntlet; exit 0 only if it is verified\n"
     "  search-state KEY                     every candidate a key's search tried, with verdicts\n"
     "  worker [--jobs N] [--idle-s S]       the evolution worker (started by the runtime)\n"
+    "  job-check FILE...                    validate job files as the worker does (one JSON line each)\n"
     "\n"
     "  --cache-dir DIR   cache directory (default: $KERNELCRAFT_CACHE_DIR, else\n"
     "                    $XDG_CACHE_HOME/kernelcraft, else ~/.cache/kernelcraft)\n"
@@ -155,6 +156,7 @@ int check_options(const Args& args) {
       {"put", {"key", "source", "launch", "verify", "device"}},
       {"worker", {"jobs", "idle-s", "gpu-share"}},
       {"search-state", {}},
+      {"job-check", {}},
       {"evolve", {"keys", "key", "op", "shape", "dtype", "args", "backend", "device", "precision", "mu", "lambda",
                   "generations", "budget-s", "gpu-share"}},
       {"verify", {"key", "op", "shape", "dtype", "args", "backend", "device", "precision", "source", "launch"}},
@@ -187,6 +189,7 @@ int run(int argc, char** argv) {
   if (cmd == "evolve") return run_evolve_cmd(args);
   if (cmd == "verify") return run_verify_cmd(args);
   if (cmd == "search-state") return run_search_state_cmd(args);
+  if (cmd == "job-check") return run_job_check_cmd(args);
   if (cmd == "help") {
     std::fputs(kUsage, stdout);
     return kExitOk;

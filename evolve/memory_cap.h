@@ -1,0 +1,32 @@
+// The evaluation child's memory budget. The child builds several reference input sets at once
+// (captured, normal, large, offset, extreme, special: inputs, eager and fp64 outputs, masks) and
+// allocates outputs and comparison temporaries per candidate, so its peak is a multiple of the
+// key's tensor bytes (kEvalBytesPerTensorByte, measured: README "Evolution"). A key whose estimate
+// exceeds the cap is skipped before a child is started; a CPU child also runs under RLIMIT_AS =
+// the cap plus kAddressSpaceHeadroom, so an estimate that was too low ends in a failed allocation
+// in that child, not in the host running out of memory. CUDA children get no RLIMIT_AS: the driver
+// reserves far more virtual address space than it uses, and their tensors live on the device.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "evolve/op_call.h"
+
+namespace kc::evolve {
+
+constexpr int64_t kEvalBytesPerTensorByte = 48;
+constexpr int64_t kEvalFixedBytes = int64_t{1} << 30;          // torch, the compiler, one candidate's .so
+constexpr int64_t kAddressSpaceHeadroom = int64_t{8} << 30;    // libraries, thread stacks, arenas: virtual
+
+// Bytes of the call's inputs and outputs (one of each).
+int64_t call_tensor_bytes(const OpCall& c);
+// What the child is expected to hold at its peak for this call.
+int64_t eval_peak_estimate(const OpCall& c);
+// share x MemAvailable (/proc/meminfo); 0 when share <= 0 or unknown (no cap).
+int64_t eval_memory_cap(double share);
+// "" if the call fits in `cap` (0: no cap), else the reason it is skipped.
+std::string memory_refusal(const OpCall& c, int64_t cap);
+// Applies RLIMIT_AS = cap + headroom to this process (the CPU evaluation child, at its start).
+bool limit_address_space(int64_t cap);
+
+}  // namespace kc::evolve
