@@ -80,6 +80,10 @@ KernelTable& State::table() {
   return *t;
 }
 
+void State::shut_down() {
+  if (KernelTable* t = proc_.get().table.load(std::memory_order_acquire)) t->retire();
+}
+
 const std::string& State::target(Dev dev, int device) {
   if (dev == Dev::kCuda && (device < 0 || device >= kMaxDevices)) {
     static const std::string unsupported = "cuda-unsupported-device";   // never matches a record

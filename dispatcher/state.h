@@ -52,6 +52,11 @@ class State {
   // Applies a JSON config at run time: switches, cache dir (reopens the table), miss log, ...
   Status configure(const nlohmann::json& j);
   nlohmann::json status_json();
+  // Process exit (an atexit handler of the library): stops this process's store thread, waiting
+  // for it at most a second, so that no thread of ours is inside RocksDB while the process's
+  // static objects (RocksDB's among them) are destroyed. Calls after this still run; the table
+  // no longer refreshes.
+  void shut_down();
 
  private:
   // What is guarded by a mutex, one per process (runtime/fork.h): a fork()ed child gets a fresh

@@ -34,6 +34,7 @@ struct KernelTable::StoreThread {
   Revoked revoked;                     // records that changed or went; the table drops them
   std::atomic<bool> has_revoked{false};
   std::atomic<uint64_t> gen{1};        // bumped after every refresh: cached misses become stale
+  std::atomic<uint64_t> checked_seq{~uint64_t{0}};   // store sequence the watched records were checked at
 
   // The watched records whose stored record is gone, no longer served, or another one now.
   static Revoked stale(Store& store, const Watched& w) {
@@ -72,7 +73,12 @@ struct KernelTable::StoreThread {
       try {   // an exception escaping a thread would terminate the user's process
         if (store) {
           store->catch_up().ignore();   // a failed catch-up keeps the older view, which is still valid
-          revoked = stale(*store, watched);
+          // Rechecking reads and decodes every served record: only when a write came in since.
+          const uint64_t seq = store->sequence();
+          if (seq != t->checked_seq.load(std::memory_order_relaxed)) {
+            revoked = stale(*store, watched);
+            t->checked_seq.store(seq, std::memory_order_relaxed);
+          }
         } else {
           state = open_state(open, dir, opened);
         }

@@ -4,9 +4,12 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <stdlib.h>
+
+#include <cstdlib>
+
 #include "dispatcher/evolution.h"
 #include "dispatcher/state.h"
-#include <stdlib.h>
 
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
@@ -155,6 +158,10 @@ struct Init {
       lib->def("wait_for_evolution(float timeout_s=600.0) -> bool", &op_wait_for_evolution);
       lib->def("evolution_status() -> str", &op_evolution_status);
       dispatch::register_ops(State::get().config().ops);
+      // Registered after RocksDB's static objects were constructed (it is loaded before us), so
+      // this runs before they are destroyed. Seen without it: processes serving kernels crashed
+      // at exit (SIGSEGV after main returned) while the store thread was catching up.
+      std::atexit([] { State::get().shut_down(); });
     } catch (const std::exception& e) {
       log(LogLevel::kError, std::string("initialisation failed, nothing is intercepted: ") + e.what());
     }

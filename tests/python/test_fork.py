@@ -29,8 +29,12 @@ def busy():
     while not stop:
         i += 1
         torch.relu(x)                               # hit
-        torch.sigmoid(torch.randn(3 + i % 4000, 2))  # miss, and a job for every new shape
-threading.Thread(target=busy, daemon=True).start()
+        # A miss, and a job for every new shape. Not torch.randn: a child forked while this thread
+        # holds torch's own CPU generator mutex blocks on it in its first randn (seen: 3 of 300
+        # children, all in at::native::normal_kernel's std::mutex: torch's lock, not ours).
+        torch.sigmoid(torch.ones(3 + i % 4000, 2))
+busy_thread = threading.Thread(target=busy, daemon=True)
+busy_thread.start()
 
 def child_body(i, w):
     ok = True
@@ -72,6 +76,7 @@ while running:
             os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); os.close(r); del running[pid]; hung += 1; print('hung', hung, file=sys.stderr, flush=True)
     time.sleep(0.002)
 stop = True
+busy_thread.join()   # a thread still inside torch while the interpreter exits aborts the process
 out = [json.loads(b) for b in results if b]
 print(json.dumps({{"hung": hung, "reported": len(out), "ok": sum(o["ok"] for o in out),
                   "served": sum(o["hits"] >= 1 for o in out), "open": sum(o["state"] == "open" for o in out),
