@@ -108,7 +108,7 @@ Result<ExportStats> export_impl(Store& store, const std::string& path, const Bun
     records.push_back({{"key", key}, {"value", to_binary(value)}});
     ++st.exported;
     return true;
-  });
+  }, &st.damaged);
   KC_RETURN_IF_ERROR(scan);
   json bundle = {{"magic", kMagic},
                  {"version", kBundleVersion},

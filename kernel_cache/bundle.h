@@ -29,6 +29,7 @@ struct BundleFilter {
 struct ExportStats {
   size_t exported = 0;
   size_t skipped = 0;                // stored values that do not decode (left out, listed)
+  size_t damaged = 0;                // damaged regions of the database skipped (their keys are lost)
   size_t bytes = 0;                  // size of the bundle file
   std::vector<std::string> errors;   // "<key>: <why>" per skipped value
 };

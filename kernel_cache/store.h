@@ -8,6 +8,7 @@
 // torch process RocksDB's compressed flush crashed on the H200 (docs/GPU_MACHINE.md), and
 // records are small.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -32,11 +33,17 @@ class Store {
   // kWriter only; synced to disk before returning.
   virtual Status put(const std::string& key, const std::string& value) = 0;
   virtual Status remove(const std::string& key) = 0;
-  // Visits keys starting with `prefix` in order until fn returns false.
+  // Visits keys starting with `prefix` in order until fn returns false. With `damaged` given, a
+  // region that fails its checksum is skipped and counted there (the listing goes on after it; the
+  // keys inside are lost to the scan) instead of ending the scan with kCorrupt.
   virtual Status scan(const std::string& prefix,
-                      const std::function<bool(const std::string& key, const std::string& value)>& fn) = 0;
+                      const std::function<bool(const std::string& key, const std::string& value)>& fn,
+                      size_t* damaged = nullptr) = 0;
   // kReader: applies writes made by others since open (cheap when nothing changed). No-op otherwise.
   virtual Status catch_up() = 0;
+  // The last write this view has seen (grows with every put or remove, ours or, after catch_up(),
+  // others'); equal values mean nothing changed in between.
+  virtual uint64_t sequence() const = 0;
 };
 
 // RocksDB's own repair of the database in `dir` (tables re-read, a new MANIFEST written): what can

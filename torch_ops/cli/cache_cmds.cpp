@@ -26,6 +26,12 @@ Result<std::unique_ptr<Store>> open_store(const Args& args, Store::Mode mode) {
 
 int store_failure(const Status& s) { return fail(s.message()); }
 
+// One line for the listing commands: what they could not read, and the way out.
+void warn_damaged(size_t regions) {
+  warn(std::to_string(regions) + " damaged region(s) of the cache could not be read and were skipped; "
+       "`kernelcraft cache repair` salvages what is left");
+}
+
 // What read commands see where no cache exists yet: nothing. A newcomer's first `cache ls` on a
 // fresh machine lists an empty cache and exits 0; only real failures (damage, I/O) exit 1.
 class EmptyStore final : public Store {
@@ -38,10 +44,12 @@ class EmptyStore final : public Store {
   }
   Status put(const std::string&, const std::string&) override { return read_only(); }
   Status remove(const std::string&) override { return read_only(); }
-  Status scan(const std::string&, const std::function<bool(const std::string&, const std::string&)>&) override {
+  Status scan(const std::string&, const std::function<bool(const std::string&, const std::string&)>&,
+              size_t*) override {
     return Status::ok();
   }
   Status catch_up() override { return Status::ok(); }
+  uint64_t sequence() const override { return 0; }
 
  private:
   Status read_only() const { return Status::error(Code::kInvalid, "no kernel cache in " + dir_); }
@@ -49,10 +57,10 @@ class EmptyStore final : public Store {
 };
 
 // The cache for a read command: a missing one reads as empty (one note on stderr in text mode).
-Result<std::unique_ptr<Store>> open_for_read(const Args& args) {
+Result<std::unique_ptr<Store>> open_for_read(const Args& args, bool quiet = false) {
   auto st = open_store(args, Store::Mode::kReadOnly);
   if (st || st.status().code() != Code::kNotFound) return st;
-  if (!args.json) std::fprintf(stderr, "kernelcraft: no kernel cache in %s yet (nothing cached)\n", args.cache_dir.c_str());
+  if (!args.json && !quiet) std::fprintf(stderr, "kernelcraft: no kernel cache in %s yet (nothing cached)\n", args.cache_dir.c_str());
   return std::unique_ptr<Store>(new EmptyStore(args.cache_dir));
 }
 
@@ -83,6 +91,7 @@ int cmd_ls(const Args& args) {
   if (!st) return store_failure(st.status());
   std::string match = args.value("match");
   json rows = json::array();
+  size_t damaged = 0;
   Status s = st.value()->scan(kRecordKeyPrefix, [&](const std::string& key, const std::string& value) {
     if (!match.empty() && key.find(match) == std::string::npos) return true;
     if (!op.value().empty() && key_op(key) != op.value()) return true;
@@ -97,8 +106,9 @@ int cmd_ls(const Args& args) {
     }
     rows.push_back(std::move(row));
     return true;
-  });
+  }, &damaged);
   if (!s) return store_failure(s);
+  if (damaged) warn_damaged(damaged);
   if (args.json) {
     print_json(rows, true);
     return kExitOk;
@@ -116,7 +126,7 @@ int cmd_ls(const Args& args) {
 int cmd_show(const Args& args) {
   if (int rc = need_operands(args, 1, "KEY"); rc) return rc;
   const std::string& key = args.words[2];
-  auto st = open_for_read(args);
+  auto st = open_for_read(args, /*quiet=*/true);   // its one error line says it all
   if (!st) return store_failure(st.status());
   auto value = st.value()->get(key);
   if (!value) {
@@ -165,7 +175,7 @@ int cmd_stats(const Args& args) {
   if (int rc = need_operands(args, 0, ""); rc) return rc;
   auto st = open_for_read(args);
   if (!st) return store_failure(st.status());
-  size_t records = 0, blob_bytes = 0, value_bytes = 0;
+  size_t records = 0, blob_bytes = 0, value_bytes = 0, damaged = 0;
   std::map<std::string, size_t> by_state, by_backend, by_op;
   Status s = st.value()->scan(kRecordKeyPrefix, [&](const std::string& key, const std::string& value) {
     ++records;
@@ -180,11 +190,13 @@ int cmd_stats(const Args& args) {
     ++by_backend[rec->backend];
     blob_bytes += rec->blob.size();
     return true;
-  });
+  }, &damaged);
   if (!s) return store_failure(s);
+  if (damaged) warn_damaged(damaged);
   json j = {{"cache_dir", args.cache_dir}, {"records", records},   {"by_state", by_state},
             {"by_backend", by_backend},    {"by_op", by_op},       {"blob_bytes", blob_bytes},
-            {"value_bytes", value_bytes},  {"disk_bytes", dir_bytes(args.cache_dir)}};
+            {"value_bytes", value_bytes},  {"disk_bytes", dir_bytes(args.cache_dir)},
+            {"damaged_regions", damaged}};
   if (args.json) {
     print_json(j, true);
     return kExitOk;
@@ -208,8 +220,9 @@ int cmd_export(const Args& args) {
   auto ex = export_bundle(*st.value(), file, BundleFilter{args.value("match"), op.value()});
   if (!ex) return store_failure(ex.status());
   for (const auto& e : ex->errors) warn("skipped unreadable record " + e);
+  if (ex->damaged) warn_damaged(ex->damaged);
   if (args.json) {
-    print_json({{"file", file}, {"exported", ex->exported}, {"skipped", ex->skipped},
+    print_json({{"file", file}, {"exported", ex->exported}, {"skipped", ex->skipped}, {"damaged_regions", ex->damaged},
                 {"bytes", ex->bytes}, {"errors", ex->errors}}, true);
   } else {
     std::printf("exported %zu records to %s (%zu bytes)\n", ex->exported, file.c_str(), ex->bytes);
@@ -251,7 +264,8 @@ int cmd_repair(const Args& args) {
   const RepairReport& r = rep.value();
   if (args.json) {
     print_json({{"cache_dir", args.cache_dir}, {"records", r.records}, {"dropped", r.dropped},
-                {"other", r.other}, {"backup", r.backup_dir}}, true);
+                {"other", r.other}, {"damaged_regions", r.damaged}, {"rocksdb_repair", r.rocksdb_repair},
+                {"backup", r.backup_dir}}, true);
   } else {
     std::printf("repaired %s: %zu records kept, %zu unreadable dropped, %zu search states kept\n"
                 "the files as they were: %s\n", args.cache_dir.c_str(), r.records, r.dropped, r.other,
