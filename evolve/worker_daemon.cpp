@@ -19,6 +19,7 @@
 #include "evolve/op_call.h"
 #include "evolve/worker.h"
 #include "runtime/cache_dir.h"
+#include "runtime/config.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
 #include "runtime/temp_files.h"
@@ -106,7 +107,7 @@ int run_worker(const EvolveOptions& base, double idle_exit_s) {
   signal(SIGTERM, on_term);
   signal(SIGINT, on_term);
   // Below the user's job for the CPU too (compiles, references).
-  setpriority(PRIO_PROCESS, 0, 10);
+  setpriority(PRIO_PROCESS, 0, load_config().evolve_nice);
   const int threads = std::max(1, base.jobs);
   std::mutex mu;
   std::set<std::string> running;

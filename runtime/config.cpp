@@ -42,6 +42,7 @@ const std::vector<ConfigField>& config_fields() {
       {"evolve_capture_mb", "KERNELCRAFT_EVOLVE_CAPTURE_MB", "largest captured inputs per job, MiB (0: never capture)"},
       {"evolve_candidate_timeout_s", "KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "seconds before a candidate counts as hung"},
       {"worker_idle_s", "KERNELCRAFT_WORKER_IDLE_S", "seconds an idle worker waits for jobs before exiting"},
+      {"evolve_nice", "KERNELCRAFT_EVOLVE_NICE", "the worker's nice level, 0..19 (10: below the user's job)"},
       {"llm_api", "KERNELCRAFT_LLM_API", "the LLM endpoint's API: openai (chat completions) | anthropic (messages)"},
       {"llm_url", "KERNELCRAFT_LLM_URL", "OpenAI-compatible chat-completions URL for the LLM proposer (off when empty)"},
       {"llm_model", "KERNELCRAFT_LLM_MODEL", "model name sent to the LLM endpoint"},
@@ -137,6 +138,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
         n.policy = v.get<std::string>();
         if (!valid_policy(n.policy)) return Status::error(Code::kInvalid, "precision must be fp32, tf32 or bf16");
       } else if (k == "catch_up_ms") n.catch_up_ms = v.get<int>();
+      else if (k == "evolve_nice") n.evolve_nice = std::clamp(v.get<int>(), 0, 19);
       else if (k == "serve_probe_calls") n.serve_probe_calls = std::clamp(v.get<int>(), 0, 1000);
       else if (k == "log_level") {
         n.log_level = v.get<std::string>();
@@ -172,7 +174,7 @@ nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
           {"cache_readonly", c.cache_readonly}, {"cache_shared", c.cache_shared},
           {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
-          {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls},
+          {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls}, {"evolve_nice", c.evolve_nice},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
           {"evolve_key_budget_s", c.evolve_key_budget_s}, {"evolve_mu", c.evolve_mu},
@@ -235,7 +237,7 @@ Config load_config() {
       {"KERNELCRAFT_EVOLVE_LAMBDA", "evolve_lambda"}, {"KERNELCRAFT_EVOLVE_GENERATIONS", "evolve_generations"},
       {"KERNELCRAFT_EVOLVE_CAPTURE_MB", "evolve_capture_mb"}, {"KERNELCRAFT_WORKER_IDLE_S", "worker_idle_s"},
       {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"},
-      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}, {"KERNELCRAFT_EVOLVE_MEMORY_SHARE", "evolve_memory_share"}};
+      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}, {"KERNELCRAFT_EVOLVE_NICE", "evolve_nice"}, {"KERNELCRAFT_EVOLVE_MEMORY_SHARE", "evolve_memory_share"}};
   for (const auto& [var, key] : numeric) {
     const char* v = env(var);
     if (!v) continue;

@@ -48,6 +48,8 @@ struct Config {
   double evolve_candidate_timeout_s = 180;  // KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S: a candidate
                                            // (sanitizers included) running longer is killed as hung
   double worker_idle_s = 60;           // KERNELCRAFT_WORKER_IDLE_S / "worker_idle_s": idle worker exits
+  int evolve_nice = 10;                // KERNELCRAFT_EVOLVE_NICE / "evolve_nice": the worker's CPU
+                                       // priority (nice 0..19; below the user's job by default)
   // The LLM proposer (evolve/llm.h): an OpenAI-compatible chat-completions endpoint; off when empty.
   std::string llm_api = "openai";      // KERNELCRAFT_LLM_API / "llm_api": openai | anthropic
   std::string llm_url;                 // KERNELCRAFT_LLM_URL / "llm_url"
