@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "runtime/cuda_backend.h"
 #include "runtime/fsutil.h"
@@ -57,17 +58,35 @@ TEST(Nvrtc, CompilesACubinForSm90WithoutAGpu) {
   EXPECT_NE(out->binary.find("kc_relu"), std::string::npos);
 }
 
+// LD_LIBRARY_PATH without its directories that hold an NVRTC: a machine whose own libraries come
+// from there (a sysroot for RocksDB on the GPU machine) keeps them, but NVRTC is not found that way.
+std::string library_path_without_nvrtc() {
+  const char* v = std::getenv("LD_LIBRARY_PATH");
+  std::stringstream in(v ? v : ""), out;
+  std::string dir;
+  while (std::getline(in, dir, ':')) {
+    bool has_nvrtc = false;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      has_nvrtc |= it->path().filename().string().rfind("libnvrtc", 0) == 0;
+    if (!dir.empty() && !has_nvrtc) out << (out.tellp() > 0 ? ":" : "") << dir;
+  }
+  return out.str();
+}
+
 // NVRTC must be found the way a fresh machine offers it: the pip wheel's libnvrtc and its builtins
 // side by side in a directory the loader does not search, no LD_LIBRARY_PATH, no CUDA_HOME. The
-// same compile runs again in a child whose environment is scrubbed to PATH alone; it must pass
-// there (not skip): a builtins lookup that only works through the environment fails this test.
+// same compile runs again in a child whose environment is scrubbed to PATH alone (and the library
+// path, less any directory with an NVRTC in it); it must pass there, not skip: a builtins lookup
+// that only works through the environment fails this test.
 TEST(Nvrtc, CompilesInAScrubbedEnvironment) {
   SKIP_WITHOUT_NVRTC();
   const std::string out = std::filesystem::temp_directory_path() / ("kc-nvrtc-child-" + std::to_string(getpid()) + ".txt");
   ProcessOptions o;
   o.timeout_s = 120;
   o.output_path = out;
-  auto r = run_process({"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "KERNELCRAFT_REQUIRE_NVRTC=1", self_exe(),
+  auto r = run_process({"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "KERNELCRAFT_REQUIRE_NVRTC=1",
+                        "LD_LIBRARY_PATH=" + library_path_without_nvrtc(), self_exe(),
                         "--gtest_filter=Nvrtc.CompilesACubinForSm90WithoutAGpu"}, o);
   std::ifstream f(out);
   std::stringstream log;
