@@ -19,7 +19,8 @@ nlohmann::json Verdict::to_json() const {
                   {"millis", s.millis}});
   nlohmann::json j = {{"verified", verified}, {"stage", stage}, {"stages", st}, {"median_ms", median_ms},
                       {"mad_ms", mad_ms}, {"eager_median_ms", eager_median_ms}, {"eager_mad_ms", eager_mad_ms}};
-  if (pairs > 0) j["paired"] = {{"pairs", pairs}, {"speedup_median", speedup_median}, {"speedup_p10", speedup_p10}};
+  if (pairs > 0)
+    j["paired"] = {{"pairs", pairs}, {"speedup_median", speedup_median}, {"speedup_p10", speedup_p10}, {"wins", wins}};
   return j;
 }
 
@@ -202,6 +203,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
         v.pairs = p.value().pairs;
         v.speedup_median = p.value().ratio_median;
         v.speedup_p10 = p.value().ratio_p10;
+        v.wins = p.value().wins;
       } else {
         t = p.status();
       }
@@ -223,7 +225,8 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
                   {"p90_ms", t.value().p90_ms}, {"reps", t.value().reps}, {"eager_median_ms", v.eager_median_ms},
                   {"eager_mad_ms", v.eager_mad_ms}, {"l2_flushed", t.value().cache_flushed}};
     if (v.pairs > 0)
-      s.evidence["paired"] = {{"pairs", v.pairs}, {"speedup_median", v.speedup_median}, {"speedup_p10", v.speedup_p10}};
+      s.evidence["paired"] = {{"pairs", v.pairs}, {"speedup_median", v.speedup_median}, {"speedup_p10", v.speedup_p10},
+                              {"wins", v.wins}};
     s.summary = std::to_string(v.median_ms * 1e3) + " us vs eager " + std::to_string(v.eager_median_ms * 1e3) + " us" +
                 (v.pairs > 0 ? " (interleaved, " + std::to_string(v.pairs) + " pairs)" : "");
   }

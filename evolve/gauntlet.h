@@ -58,7 +58,7 @@ struct Verdict {
   // Full mode: candidate and eager timed interleaved (runtime/timing.h PairedTiming); speedup =
   // eager / candidate per pair. 0 pairs in search mode, where eager's time is measured once.
   int pairs = 0;
-  double speedup_median = 0, speedup_p10 = 0;
+  double speedup_median = 0, speedup_p10 = 0, wins = 0;
   nlohmann::json to_json() const;
   const Stage* rejection() const;
 };

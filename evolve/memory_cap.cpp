@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -51,8 +52,26 @@ std::string memory_refusal(const OpCall& c, int64_t cap) {
 bool limit_address_space(int64_t cap) {
   if (cap <= 0) return true;
   struct rlimit rl{};
-  rl.rlim_cur = rl.rlim_max = static_cast<rlim_t>(cap + kAddressSpaceHeadroom);
+  if (getrlimit(RLIMIT_AS, &rl) != 0) return false;
+  const rlim_t want = static_cast<rlim_t>(cap + kAddressSpaceHeadroom);
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
   return setrlimit(RLIMIT_AS, &rl) == 0;
+}
+
+AddressSpaceLift::AddressSpaceLift() {
+  struct rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == rl.rlim_max) return;
+  cur_ = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  saved_ = setrlimit(RLIMIT_AS, &rl) == 0;
+}
+
+AddressSpaceLift::~AddressSpaceLift() {
+  if (!saved_) return;
+  struct rlimit rl{};
+  if (getrlimit(RLIMIT_AS, &rl) != 0) return;
+  rl.rlim_cur = static_cast<rlim_t>(cur_);
+  setrlimit(RLIMIT_AS, &rl);
 }
 
 }  // namespace kc::evolve

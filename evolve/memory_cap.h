@@ -26,7 +26,23 @@ int64_t eval_peak_estimate(const OpCall& c);
 int64_t eval_memory_cap(double share);
 // "" if the call fits in `cap` (0: no cap), else the reason it is skipped.
 std::string memory_refusal(const OpCall& c, int64_t cap);
-// Applies RLIMIT_AS = cap + headroom to this process (the CPU evaluation child, at its start).
+// Applies RLIMIT_AS = cap + headroom to this process (the CPU evaluation child, at its start), as
+// the soft limit: the hard one stays, so that AddressSpaceLift can lift it for a sanitizer run.
 bool limit_address_space(int64_t cap);
+
+// While alive, this process's RLIMIT_AS soft limit is its hard limit. AddressSanitizer reserves
+// terabytes of shadow address space at start and cannot run under the cap (every CPU candidate was
+// refused at the sanitizer stage when its runner inherited it); its runner is started inside one.
+class AddressSpaceLift {
+ public:
+  AddressSpaceLift();
+  ~AddressSpaceLift();
+  AddressSpaceLift(const AddressSpaceLift&) = delete;
+  AddressSpaceLift& operator=(const AddressSpaceLift&) = delete;
+
+ private:
+  bool saved_ = false;
+  unsigned long long cur_ = 0;
+};
 
 }  // namespace kc::evolve

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "evolve/memory_cap.h"
 #include "runtime/config.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/fsutil.h"
@@ -155,6 +156,7 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
     std::vector<Result<ProcessResult>> results(runs.size(), Status::error(Code::kUnavailable, "not run"));
     std::vector<std::string> names(runs.size()), logs(runs.size());
     std::vector<std::thread> pool;
+    AddressSpaceLift lift;   // the runners start without the evaluation child's memory cap
     for (size_t k = 0; k < runs.size(); ++k) {
       names[k] = cuda ? opt.sanitizer_tools[k] : "asan";
       logs[k] = dir + "/" + names[k] + ".log";

@@ -31,7 +31,7 @@ std::string search_state_key(const std::string& key) { return "search|" + key; }
 
 nlohmann::json to_json(const EvolveOptions& o) {
   return {{"search", to_json(o.search)}, {"candidate_timeout_s", o.candidate_timeout_s},
-          {"min_gain", o.min_gain}, {"noise_sigmas", o.noise_sigmas}, {"max_promote_tries", o.max_promote_tries}};
+          {"min_gain", o.min_gain}, {"min_pair_wins", o.min_pair_wins}, {"max_promote_tries", o.max_promote_tries}};
 }
 
 Status apply_evolve_json(EvolveOptions& o, const nlohmann::json& j) {
@@ -46,7 +46,7 @@ Status apply_evolve_json(EvolveOptions& o, const nlohmann::json& j) {
   // gpu_share and jobs are the worker's own (its command line), not a job's.
   KC_RETURN_IF_ERROR(read_field(j, "candidate_timeout_s", n.candidate_timeout_s, 1.0, 1e6));
   KC_RETURN_IF_ERROR(read_field(j, "min_gain", n.min_gain, 0.0, 0.99));
-  KC_RETURN_IF_ERROR(read_field(j, "noise_sigmas", n.noise_sigmas, 0.0, 1e3));
+  KC_RETURN_IF_ERROR(read_field(j, "min_pair_wins", n.min_pair_wins, 0.5, 1.0));
   KC_RETURN_IF_ERROR(read_field(j, "max_promote_tries", n.max_promote_tries, 0, 100));
   o = std::move(n);
   return Status::ok();
@@ -116,23 +116,17 @@ std::string temp_call_file(const OpCall& c) {
   return p;
 }
 
-bool beats(double cand, double cand_mad, double eager, double eager_mad, const EvolveOptions& o) {
-  if (cand <= 0 || eager <= 0) return false;
-  const double sigma = 1.4826 * std::sqrt(cand_mad * cand_mad + eager_mad * eager_mad);
-  return cand < eager * (1 - o.min_gain) && eager - cand > o.noise_sigmas * sigma;
-}
-
 // The promotion decision on a full-mode verdict, where candidate and eager were timed pair by pair:
-// the typical pair must show the gain, and the candidate must win at least 90% of the pairs, so a
-// kernel that is faster only while eager happened to be slowed down is not promoted. Both medians
-// must also pass `beats` (the two distributions, not only their ratio).
+// the two medians must show the gain, the typical pair too, and the candidate must win at least
+// min_pair_wins (90%) of the pairs, so a kernel that is faster only while eager happened to be slowed down is not
+// promoted. (Spreads measured apart are not compared here: on a loaded machine both are wide, and
+// pairing is what takes the load out of the comparison.)
 bool beats_paired(const nlohmann::json& v, const EvolveOptions& o) {
-  const double med = v.value("median_ms", 0.0), mad = v.value("mad_ms", 0.0);
-  const double emed = v.value("eager_median_ms", 0.0), emad = v.value("eager_mad_ms", 0.0);
-  if (!beats(med, mad, emed, emad, o)) return false;
+  const double med = v.value("median_ms", 0.0), emed = v.value("eager_median_ms", 0.0);
+  if (!(med > 0 && med < emed * (1 - o.min_gain))) return false;
   auto p = v.find("paired");
   if (p == v.end() || !p->is_object()) return false;
-  return p->value("speedup_median", 0.0) >= 1 + o.min_gain && p->value("speedup_p10", 0.0) > 1.0;
+  return p->value("speedup_median", 0.0) >= 1 + o.min_gain && p->value("wins", 0.0) >= o.min_pair_wins;
 }
 
 // One kernel from the LLM for this generation, shown the fastest verified kernels, recent failures
@@ -313,7 +307,9 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
   nlohmann::json attempts = nlohmann::json::array();
   for (size_t k = 0; k < ranked.size() && static_cast<int>(k) < o.max_promote_tries; ++k) {
     const Evaluation& e = *ranked[k];
-    if (!beats(e.median_ms, e.mad_ms, res.eager_ms, eager_mad, o)) break;   // sorted: the rest are slower
+    // Worth the full gauntlet if its search timing showed the gain; the interleaved timing there
+    // decides (sorted: the rest are slower).
+    if (!(e.median_ms > 0 && e.median_ms < res.eager_ms * (1 - o.min_gain))) break;
     auto cand = search.render(e.family, e.knobs);
     if (!cand) continue;
     auto verdict = child.evaluate(e.id, cand.value().source, cand.value().launch, "full");

@@ -33,7 +33,7 @@ struct EvolveOptions {
   double candidate_timeout_s = 180;  // per candidate in the child (sanitizers included); then killed
   double setup_timeout_s = 600;      // the child's reference setup and eager timing
   double min_gain = 0.03;            // promoted only if faster than eager by this fraction ...
-  double noise_sigmas = 3;           // ... and by this many (robust) standard deviations of both timings
+  double min_pair_wins = 0.9;        // ... and win this fraction of the pairs timed interleaved
   int max_promote_tries = 3;         // candidates taken through the full gauntlet, fastest first
   int jobs = 1;                      // keys searched concurrently by the worker
   double memory_share = 0.5;         // the CPU evaluation child's memory cap (evolve/memory_cap.h)

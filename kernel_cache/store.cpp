@@ -4,6 +4,7 @@
 #include "runtime/cache_dir.h"
 #include "runtime/fsutil.h"
 
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -236,8 +237,20 @@ namespace {
 // A database whose CURRENT is gone but whose files are still there is damaged, not absent. Opening
 // it with create_if_missing would start an empty database over it and delete the old table files
 // as obsolete (seen: 2000 records became 157 after `rm CURRENT` and two puts), so nobody may.
+// A writer creating the database writes its MANIFEST before CURRENT: while it holds the database's
+// LOCK (an fcntl lock, RocksDB's own), files without CURRENT are a database being made, not a
+// damaged one (kBusy: wait for it like for any writer).
 Status check_not_orphaned(const std::string& dir) {
   if (path_exists(dir + "/CURRENT") || !has_database_files(dir)) return Status::ok();
+  const int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    struct flock fl{};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    const bool held = ::fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    ::close(fd);
+    if (held) return Status::error(Code::kBusy, "kernel cache in " + dir + " is being created by another process");
+  }
   return Status::error(Code::kCorrupt, "kernel cache in " + dir + " is damaged: CURRENT is missing but its "
                        "database files are there; nothing was changed (`kernelcraft cache repair` salvages it)");
 }
@@ -245,16 +258,20 @@ Status check_not_orphaned(const std::string& dir) {
 Result<std::unique_ptr<rocksdb::DB>> open_writer(const std::string& dir, int lock_wait_ms) {
   // Created private, or checked to be ours and not writable by others (runtime/cache_dir.h).
   KC_RETURN_IF_ERROR(prepare_cache_dir(dir));
-  KC_RETURN_IF_ERROR(check_not_orphaned(dir));
   rocksdb::Options o = base_options(Store::Mode::kWriter);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, lock_wait_ms));
   int backoff_ms = 5;
   for (;;) {
-    rocksdb::DB* raw = nullptr;
-    rocksdb::Status s = rocksdb::DB::Open(o, dir, &raw);
-    if (s.ok()) return std::unique_ptr<rocksdb::DB>(raw);
-    delete raw;
-    if (!is_lock_error(s)) return map_status(s, "open " + dir + " for writing");
+    Status orphan = check_not_orphaned(dir);
+    rocksdb::Status s = rocksdb::Status::Busy("being created");
+    if (!orphan.is_ok() && orphan.code() != Code::kBusy) return orphan;
+    if (orphan.is_ok()) {
+      rocksdb::DB* raw = nullptr;
+      s = rocksdb::DB::Open(o, dir, &raw);
+      if (s.ok()) return std::unique_ptr<rocksdb::DB>(raw);
+      delete raw;
+      if (!is_lock_error(s)) return map_status(s, "open " + dir + " for writing");
+    }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline)
       return Status::error(Code::kBusy, "cache " + dir + " is locked by another writer (waited " +
@@ -273,8 +290,12 @@ Result<std::unique_ptr<Store>> open_impl(const std::string& dir, Store::Mode mod
     if (!db) return db.status();
     return std::unique_ptr<Store>(new RocksStore(std::move(db).value(), mode, dir, ""));
   }
-  // Readers never create anything in `dir`: a missing database is simply "nothing cached yet".
-  KC_RETURN_IF_ERROR(check_not_orphaned(dir));
+  // Readers never create anything in `dir`: a missing database, or one a writer is creating, is
+  // simply "nothing cached yet"; files left without CURRENT by nobody are damage.
+  if (Status orphan = check_not_orphaned(dir); !orphan.is_ok()) {
+    if (orphan.code() != Code::kBusy) return orphan;
+    return Status::error(Code::kNotFound, "no kernel cache in " + dir + " yet (" + orphan.message() + ")");
+  }
   if (!path_exists(dir + "/CURRENT"))
     return Status::error(Code::kNotFound, "no kernel cache in " + dir);
   rocksdb::Options o = base_options(mode);

@@ -247,6 +247,8 @@ Result<PairedTiming> run_pairs(int reps, double budget_ms, int min_reps,
   Timing r = summarize(ratio);
   p.ratio_median = r.median_ms;
   p.ratio_p10 = r.p10_ms;
+  p.wins = static_cast<double>(std::count_if(ratio.begin(), ratio.end(), [](double x) { return x > 1.0; })) /
+           static_cast<double>(std::max<size_t>(ratio.size(), 1));
   p.a = summarize(std::move(sa));
   p.b = summarize(std::move(sb));
   return p;

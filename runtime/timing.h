@@ -50,7 +50,8 @@ struct PairedTiming {
   Timing a, b;                 // each side's per-call statistics
   int pairs = 0;
   double ratio_median = 0;     // median over pairs of b / a: how many times faster a was than b
-  double ratio_p10 = 0;        // 10th percentile of b / a (above 1: a won at least 90% of the pairs)
+  double ratio_p10 = 0;        // 10th percentile of b / a
+  double wins = 0;             // fraction of the pairs in which a was faster than b
 };
 // `a` and `b` as for time_cuda (enqueue only, on `stream`); graph mode is not offered.
 Result<PairedTiming> time_paired_cuda(void* stream, const std::function<Status()>& a, const std::function<Status()>& b,

@@ -68,7 +68,7 @@ TEST(JobFuzz, AWrongTypeInEveryFieldIsRefusedNotThrown) {
   int refused = 0, cases = 0;
   const std::vector<std::vector<std::string>> paths = {
       {"format"}, {"key"}, {"device"}, {"inputs"}, {"settings"}, {"submitted_unix_ms"}, {"submitter_pid"},
-      {"settings", "candidate_timeout_s"}, {"settings", "min_gain"}, {"settings", "noise_sigmas"},
+      {"settings", "candidate_timeout_s"}, {"settings", "min_gain"}, {"settings", "min_pair_wins"},
       {"settings", "max_promote_tries"}, {"settings", "search"}, {"settings", "search", "mu"},
       {"settings", "search", "lambda"}, {"settings", "search", "max_generations"}, {"settings", "search", "patience"},
       {"settings", "search", "target_speedup"}, {"settings", "search", "max_candidates"},
