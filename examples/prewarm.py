@@ -33,11 +33,14 @@ MODEL = [sys.executable, str(HERE / "train_block.py"), "--mode", "kernelcraft", 
          "--batch", "2", "--seq", "64", "--dim", "128", "--heads", "4", "--vocab", "512"]
 
 
-def run(cmd, **env):
+def run(cmd, progress=False, **env):
+    """Runs cmd; its stdout is returned. With progress, its stderr (kernelcraft evolve's progress
+    bar on a terminal, plain lines otherwise) goes straight to ours."""
     print("$", " ".join(str(c) for c in cmd), flush=True)
-    r = subprocess.run(cmd, env={**os.environ, **{k: str(v) for k, v in env.items()}}, capture_output=True, text=True)
+    r = subprocess.run(cmd, env={**os.environ, **{k: str(v) for k, v in env.items()}}, stdout=subprocess.PIPE,
+                       stderr=None if progress else subprocess.PIPE, text=True)
     if r.returncode != 0:
-        sys.exit(f"failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        sys.exit(f"failed ({r.returncode}):\n{(r.stderr or '')[-3000:]}")
     return r.stdout
 
 
@@ -46,7 +49,8 @@ run(MODEL + ["--out", str(work / "record.json")], KERNELCRAFT_EVOLVE=0, KERNELCR
     KERNELCRAFT_MISS_LOG=keys)
 print(f"   {len(keys.read_text().splitlines())} keys recorded in {keys}")
 # 2. evolve them offline, 3. export
-print(run([a.cli, "--cache-dir", build_cache, "evolve", "--keys", keys, "--generations", a.generations]), end="")
+print(run([a.cli, "--cache-dir", build_cache, "evolve", "--keys", keys, "--generations", a.generations],
+          progress=True), end="")
 print(run([a.cli, "--cache-dir", build_cache, "cache", "export", bundle]), end="")
 # 4. import where the model is served, and serve read-only
 print(run([a.cli, "--cache-dir", ship_cache, "cache", "import", bundle]), end="")
