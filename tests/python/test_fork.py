@@ -48,15 +48,21 @@ def child_body(i, w):
                              "state": s["cache"]["state"]}}).encode())
 
 running, results, hung = {{}}, [], 0
+
+def reap():
+    # collects finished children; kills (and counts as hung) those past the deadline
+    global hung
+    for pid, (r, t0) in list(running.items()):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            results.append(os.read(r, 4096)); os.close(r); del running[pid]
+        elif time.time() - t0 > {DEADLINE_S}:
+            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); os.close(r); del running[pid]; hung += 1; print('hung', hung, file=sys.stderr, flush=True)
+    time.sleep(0.002)
+
 for i in range({CHILDREN}):
     while len(running) >= {AT_ONCE}:
-        for pid, (r, t0) in list(running.items()):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                results.append(os.read(r, 4096)); os.close(r); del running[pid]
-            elif time.time() - t0 > {DEADLINE_S}:
-                os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); os.close(r); del running[pid]; hung += 1; print('hung', hung, file=sys.stderr, flush=True)
-        time.sleep(0.002)
+        reap()
     torch.relu(torch.randn(7, 3 + i))              # a miss in the main thread just before the fork
     r, w = os.pipe()
     pid = os.fork()
@@ -68,13 +74,7 @@ for i in range({CHILDREN}):
     os.close(w)
     running[pid] = (r, time.time())
 while running:
-    for pid, (r, t0) in list(running.items()):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            results.append(os.read(r, 4096)); os.close(r); del running[pid]
-        elif time.time() - t0 > {DEADLINE_S}:
-            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); os.close(r); del running[pid]; hung += 1; print('hung', hung, file=sys.stderr, flush=True)
-    time.sleep(0.002)
+    reap()
 stop = True
 busy_thread.join()   # a thread still inside torch while the interpreter exits aborts the process
 out = [json.loads(b) for b in results if b]
