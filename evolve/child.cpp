@@ -1,6 +1,7 @@
 // The evaluation child; protocol in child.h.
 #include "evolve/child.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -79,6 +80,8 @@ int eval_child_main(int argc, char** argv) {
     return say({{"fatal", "eval-child needs --job or --call"}}), 2;
   }
   GauntletOptions o;
+  std::string current_id;   // the candidate being evaluated, for progress lines
+  o.progress = [&current_id](const nlohmann::json& where) { say({{"id", current_id}, {"at", where}}); };
   const std::string exe = self_exe();
   o.sanitize_exe = exe.substr(0, exe.rfind('/') + 1) + "kernelcraft-sanitize";
   o.work_dir = owned_temp_path("sanitize");
@@ -95,11 +98,15 @@ int eval_child_main(int argc, char** argv) {
     auto req = nlohmann::json::parse(line, nullptr, false);
     if (req.is_discarded() || !req.is_object()) continue;
     const std::string id = req.value("id", "");
+    current_id = id;
     Verdict v = g.value()->run(req.value("source", ""), req.value("launch", nlohmann::json::object()),
-                               req.value("mode", "search"));
+                               req.value("mode", "search"), req.value("set", "normal"));
     const bool lost = g.value()->context_lost();
     // context_lost tells the parent not to send more: this process exits right after the answer.
-    say({{"id", id}, {"verdict", v.to_json()}, {"context_lost", lost}});
+    // The child's own peak resident memory so far (the memory cap's evidence; docs/PERF.md).
+    struct rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    say({{"id", id}, {"verdict", v.to_json()}, {"context_lost", lost}, {"peak_rss_mb", ru.ru_maxrss / 1024}});
     // After a device fault the context is gone; the parent starts a fresh child.
     if (lost) return 3;
   }

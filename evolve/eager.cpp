@@ -1,6 +1,9 @@
 // Eager references and input generation for the intercepted operators.
 #include "evolve/eager.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace kc::evolve {
 
 at::ScalarType to_scalar_type(DType d) {
@@ -21,7 +24,19 @@ at::ScalarType to_scalar_type(DType d) {
 
 at::Tensor empty_like_meta(const TensorMeta& m, at::Device dev) {
   if (!m.defined) return at::Tensor();
-  return at::empty_strided(m.sizes, m.strides, at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev));
+  auto opts = at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev);
+  const int64_t es = static_cast<int64_t>(dtype_size(m.dtype));
+  const int64_t a = std::clamp(m.align, 1, kMaxAlignClass);
+  // A start of exactly class `a` is a multiple of kAlignSpan plus a; a storage offset can express
+  // that only in whole elements (a class below the element size cannot occur for real tensors).
+  if (a % es != 0) return at::empty_strided(m.sizes, m.strides, opts);
+  const int64_t span = kAlignSpan / es;
+  at::Tensor buf = at::empty({extent_bytes(m) / es + span}, opts);
+  const auto base = reinterpret_cast<uintptr_t>(buf.data_ptr());
+  for (int64_t off = 0; off < span; ++off)
+    if ((base + static_cast<uintptr_t>(off * es)) % kAlignSpan == static_cast<uintptr_t>(a % kAlignSpan))
+      return buf.as_strided(m.sizes, m.strides, off);
+  return at::empty_strided(m.sizes, m.strides, opts);
 }
 
 namespace {

@@ -29,7 +29,9 @@ const std::vector<std::string>& input_kinds(OpId op);
 std::vector<at::Tensor> make_inputs(const OpCall& c, const std::string& kind, uint64_t seed, at::Device dev);
 
 at::ScalarType to_scalar_type(DType d);
-// An empty tensor with `m`'s sizes and strides (undefined if !m.defined).
+// An empty tensor with `m`'s sizes and strides (undefined if !m.defined) whose data pointer has
+// exactly m.align's alignment class and no more (runtime/tensor_meta.h kAlignSpan): inputs and
+// outputs of the gauntlet, so a kernel that assumes more alignment than its key is caught.
 at::Tensor empty_like_meta(const TensorMeta& m, at::Device dev);
 
 }  // namespace kc::evolve

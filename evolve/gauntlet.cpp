@@ -2,6 +2,7 @@
 // state are gauntlet_setup.cpp and gauntlet_impl.h.
 #include "evolve/gauntlet.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "evolve/gauntlet_impl.h"
@@ -39,10 +40,43 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
-Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, const std::string& mode) {
+bool Gauntlet::sanitize(Verdict& v, const std::string& source, const std::string& binary, const nlohmann::json& launch,
+                        const InputSet& set) {
+  Impl& m = *p_;
+  if (m.opt.progress) m.opt.progress({{"stage", "sanitizer"}, {"set", set.name}, {"call", 1}});
+  SanitizerRun run;
+  run.backend = m.call.backend;
+  run.device = m.device;
+  run.source = source;
+  run.binary = binary;
+  run.call = to_json(m.call);
+  run.launch = launch;
+  for (size_t k = 0; k < set.inputs.size(); ++k) {
+    const at::Tensor& t = set.inputs[k];
+    const int64_t n = extent_bytes(m.call.inputs[k]);
+    if (!t.defined() || n == 0) {
+      run.inputs.emplace_back();
+      continue;
+    }
+    // The bytes the kernel may read, in the key's layout (strides and gaps included).
+    at::Tensor h = t.as_strided({n / static_cast<int64_t>(t.element_size())}, {1}).cpu();
+    run.inputs.emplace_back(static_cast<const char*>(h.data_ptr()), static_cast<size_t>(n));
+  }
+  v.stages.push_back(run_sanitizers(run, m.opt));
+  if (v.stages.back().outcome != "rejected") return true;
+  v.stage = "sanitizer";
+  return false;
+}
+
+Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, const std::string& mode,
+                      const std::string& set_name) {
   Impl& m = *p_;
   Verdict v;
+  auto at = [&](const std::string& stage_name, const std::string& set, int call) {
+    if (m.opt.progress) m.opt.progress({{"stage", stage_name}, {"set", set}, {"call", call}});
+  };
   auto stage = [&](const std::string& name) -> Stage& {
+    at(name, "", 0);
     v.stages.push_back(Stage{name, "passed", "", nlohmann::json::object(), 0});
     return v.stages.back();
   };
@@ -108,16 +142,27 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     launcher = std::move(ld.value());
   }
 
+  if (mode == "sanitize") {   // a crash's replay: the sanitizer alone on the set it died on
+    InputSet tmp;
+    const InputSet* set = nullptr;
+    for (size_t i = 0; i < m.sets.size() && !set; ++i)
+      if (m.sets[i].name == set_name)
+        if (auto got = m.acquire(i, &tmp)) set = got.value();
+    if (!set) return reject(stage("sanitizer"), "no input set '" + set_name + "'");
+    v.verified = sanitize(v, source, binary, launch, *set);
+    return v;
+  }
+
   // -- numerics
   auto check_set = [&](const InputSet& set, Stage& s, int repeats) -> bool {
     std::vector<at::Tensor> first;
     for (int r = 0; r < repeats; ++r) {
-      std::vector<at::Tensor> snapshot;
-      for (const auto& t : set.inputs) snapshot.push_back(t.defined() ? t.clone() : at::Tensor());
+      InputGuard guard(set.inputs);
       std::vector<at::Tensor> outs = m.alloc_outputs();
       std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
       m.poison(outs, scratch);
       m.scrub_smem();
+      at(s.name, set.name, r + 1);
       Status ls = m.launch(*launcher, spec, set.inputs, outs, scratch);
       if (!ls) {
         reject(s, "launch failed: " + ls.message(), {{"set", set.name}, {"error", ls.to_string()}});
@@ -129,7 +174,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
         return false;
       }
       for (size_t k = 0; k < set.inputs.size(); ++k)
-        if (!same_bits(set.inputs[k], snapshot[k])) {
+        if (!guard.unchanged(k, set.inputs[k])) {
           reject(s, "the kernel wrote into its input '" + c.inputs[k].name + "'", {{"set", set.name}, {"input", c.inputs[k].name}});
           return false;
         }
@@ -159,7 +204,11 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     Stage& s = stage("numerics");
     s.evidence["bitwise_deterministic"] = true;
     nlohmann::json sets = nlohmann::json::array();
-    for (const auto& set : m.sets) {
+    for (size_t i = 0; i < m.sets.size(); ++i) {
+      InputSet tmp;
+      auto got = m.acquire(i, &tmp);
+      if (!got) return reject(s, "reference set '" + m.sets[i].name + "': " + got.status().message());
+      const InputSet& set = *got.value();
       if (!check_set(set, s, set.name == "normal" ? m.opt.repeats : 1)) {
         s.millis = ms_since(t0);
         return v;
@@ -178,9 +227,15 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   }
 
   // -- timing
+  InputSet normal_tmp;   // the normal set for timing, recheck and the sanitizer (rebuilt once if streamed)
   const InputSet* normal = nullptr;
-  for (const auto& set : m.sets)
-    if (set.name == "normal") normal = &set;
+  {
+    const int ni = m.normal_index();
+    auto got = ni < 0 ? Result<const InputSet*>(Status::error(Code::kInvalid, "no normal input set"))
+                      : m.acquire(ni, &normal_tmp);
+    if (!got) return reject(stage("timing"), got.status().message());
+    normal = got.value();
+  }
   {
     auto t0 = Clock::now();
     Stage& s = stage("timing");
@@ -235,7 +290,11 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   try {
     auto t0 = Clock::now();
     Stage& s = stage("recheck");
-    const int extra = mode == "full" ? m.opt.recheck_calls : 0;
+    // Hundreds of calls, but never more than the recheck budget's worth of them (a 64 MiB key's
+    // candidate at 0.4 s a call would spend minutes here).
+    int extra = mode == "full" ? m.opt.recheck_calls : 0;
+    if (v.median_ms > 0)
+      extra = std::min<int>(extra, std::max(10, static_cast<int>(m.opt.recheck_budget_ms / v.median_ms)));
     for (int k = 0; k < extra; ++k) {
       std::vector<at::Tensor> outs = m.alloc_outputs();
       std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
@@ -270,28 +329,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   }
 
   // -- sanitizer: the candidate alone in a child, buffers at their exact sizes (sanitizers.h).
-  {
-    SanitizerRun run;
-    run.backend = c.backend;
-    run.device = m.device;
-    run.source = source;
-    run.binary = binary;
-    run.call = to_json(c);
-    run.launch = launch;
-    for (const auto& t : normal->inputs) {
-      if (!t.defined()) {
-        run.inputs.emplace_back();
-        continue;
-      }
-      at::Tensor h = t.contiguous().cpu();
-      run.inputs.emplace_back(static_cast<const char*>(h.data_ptr()), h.numel() * h.element_size());
-    }
-    v.stages.push_back(run_sanitizers(run, m.opt));
-    if (v.stages.back().outcome == "rejected") {
-      v.stage = "sanitizer";
-      return v;
-    }
-  }
+  if (!sanitize(v, source, binary, launch, *normal)) return v;
   v.verified = true;
   return v;
 }

@@ -18,6 +18,7 @@
 //   sanitizer  ("full" mode) compute-sanitizer memcheck, racecheck, initcheck, synccheck on the
 //              candidate in a child with exact-size buffers (CPU: AddressSanitizer)
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,15 +32,22 @@
 
 namespace kc::evolve {
 
+struct InputSet;   // numerics.h
+
 struct GauntletOptions {
   int repeats = 3;                    // calls on the normal set compared with each other
   double timing_budget_ms = 60;       // per timed side (candidate, eager)
-  int recheck_calls = 200;            // extra calls before the recheck in full mode
+  int recheck_calls = 200;            // extra calls before the recheck in full mode,
+  double recheck_budget_ms = 5000;    // at most this long's worth of them (at least 10)
   std::string sanitizer;              // compute-sanitizer executable ("" = $KERNELCRAFT_SANITIZER or PATH)
   std::string sanitize_exe;           // kernelcraft-sanitize (the exact-size runner)
   std::string work_dir;               // where sanitizer bundles are written
   double sanitizer_timeout_s = 120;
   std::vector<std::string> sanitizer_tools = {"memcheck", "racecheck", "initcheck", "synccheck"};
+  // Called at each stage's start and before each candidate call with where the gauntlet is
+  // ({"stage", "set", "call"}): the evaluation child reports it, so that a candidate that kills
+  // the process is blamed with the stage, input set and call it died in.
+  std::function<void(const nlohmann::json&)> progress;
 };
 
 struct Stage {
@@ -70,8 +78,10 @@ class Gauntlet {
   static Result<std::unique_ptr<Gauntlet>> create(OpCall call, int device, std::vector<at::Tensor> captured,
                                                   GauntletOptions o);
   ~Gauntlet();
-  // mode "search": static..recheck; "full": everything, sanitizers included.
-  Verdict run(const std::string& source, const nlohmann::json& launch, const std::string& mode);
+  // mode "search": static..recheck; "full": everything, sanitizers included; "sanitize": static,
+  // compile, load, then the sanitizer stage alone on input set `set` (a crash's replay).
+  Verdict run(const std::string& source, const nlohmann::json& launch, const std::string& mode,
+              const std::string& set = "normal");
   // Eager's time on the normal input set (measured once, on first use).
   Result<Timing> eager_timing();
   const OpCall& call() const;
@@ -83,6 +93,9 @@ class Gauntlet {
  private:
   struct Impl;
   explicit Gauntlet(std::unique_ptr<Impl> p);
+  // The sanitizer stage on `set`, appended to v; false (and v.stage set) if it rejected.
+  bool sanitize(Verdict& v, const std::string& source, const std::string& binary, const nlohmann::json& launch,
+                const InputSet& set);
   std::unique_ptr<Impl> p_;
 };
 

@@ -11,6 +11,7 @@
 
 #include "evolve/eager.h"
 #include "evolve/gauntlet.h"
+#include "evolve/memory_cap.h"
 #include "evolve/numerics.h"
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_backend.h"
@@ -24,7 +25,17 @@ struct Gauntlet::Impl {
   at::Device dev = at::kCPU;
   GauntletOptions opt;
   Backend* be = nullptr;
+  // The reference input sets, in order. When the key is too large to keep them all (memory_cap.h
+  // sets_resident), each holds only its name and budgets, and acquire() rebuilds its tensors from
+  // `sources` for the stage that needs them: one set's tensors alive at a time.
   std::vector<InputSet> sets;
+  struct SetSource {
+    std::string kind;
+    uint64_t seed = 0;
+    std::vector<at::Tensor> captured;   // the "captured" set's inputs (nothing to regenerate them from)
+  };
+  std::vector<SetSource> sources;
+  bool resident = true;
   std::optional<Timing> eager;
   bool lost = false;
   std::unique_ptr<Launcher> scrub;     // fills shared memory with NaN before each candidate call
@@ -44,11 +55,41 @@ struct Gauntlet::Impl {
     return Status::ok();
   }
 
-  Status make_set(const std::string& name, std::vector<at::Tensor> inputs) {
-    auto set = reference_set(call, name, std::move(inputs));
+  std::vector<at::Tensor> source_inputs(const SetSource& src) const {
+    if (!src.captured.empty()) return src.captured;
+    return make_inputs(call, src.kind, src.seed, dev);
+  }
+
+  Status make_set(SetSource src) {
+    auto set = reference_set(call, src.kind, source_inputs(src));
     if (!set) return set.status();
-    sets.push_back(std::move(set.value()));
+    InputSet& s = set.value();
+    if (!resident) {   // keep the budgets; the tensors are rebuilt when needed
+      s.inputs.clear(); s.ref.clear(); s.ref64.clear();
+      s.care = at::Tensor(); s.denormal_in = at::Tensor();
+    }
+    sets.push_back(std::move(s));
+    sources.push_back(std::move(src));
     return Status::ok();
+  }
+
+  // sets[i] with its tensors: itself when resident, else rebuilt into *tmp (same inputs, same
+  // references; the budgets measured when the set was first built).
+  Result<const InputSet*> acquire(size_t i, InputSet* tmp) {
+    if (resident) return &sets[i];
+    auto set = reference_set(call, sets[i].name, source_inputs(sources[i]));
+    if (!set) return set.status();
+    *tmp = std::move(set.value());
+    tmp->budget = sets[i].budget;
+    tmp->tau = sets[i].tau;
+    tmp->eager_err = sets[i].eager_err;
+    return static_cast<const InputSet*>(tmp);
+  }
+
+  int normal_index() const {
+    for (size_t i = 0; i < sets.size(); ++i)
+      if (sets[i].name == "normal") return static_cast<int>(i);
+    return -1;
   }
 
   void poison(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& scratch) {

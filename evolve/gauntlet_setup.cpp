@@ -36,6 +36,7 @@ Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std:
       impl->be = &cpu_backend();
     }
     const OpCall& c = impl->call;
+    impl->resident = sets_resident(c);
     bool captured_ok = captured.size() == c.inputs.size();
     for (size_t k = 0; captured_ok && k < captured.size(); ++k) {
       const TensorMeta& m = c.inputs[k];
@@ -54,13 +55,13 @@ Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std:
         t.copy_(captured[k]);
         in.push_back(t);
       }
-      KC_RETURN_IF_ERROR(impl->make_set("captured", std::move(in)));
+      KC_RETURN_IF_ERROR(impl->make_set({"captured", 0, std::move(in)}));
     } else if (!captured.empty()) {
       log(LogLevel::kWarn, "captured inputs do not match the key; using generated inputs only");
     }
     uint64_t seed = 1;
     for (const auto& kind : input_kinds(c.op))
-      KC_RETURN_IF_ERROR(impl->make_set(kind, make_inputs(c, kind, seed++, impl->dev)));
+      KC_RETURN_IF_ERROR(impl->make_set({kind, seed++, {}}));
     KC_RETURN_IF_ERROR(impl->sync());
   } catch (const std::exception& e) {
     return Status::error(Code::kUnavailable, std::string("reference setup failed: ") + e.what());
@@ -71,13 +72,14 @@ Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std:
 Result<Timing> Gauntlet::eager_timing() {
   if (p_->eager) return *p_->eager;
   Impl& m = *p_;
-  const InputSet* normal = nullptr;
-  for (const auto& s : m.sets)
-    if (s.name == "normal") normal = &s;
-  if (!normal) return Status::error(Code::kInvalid, "no normal input set");
+  const int ni = m.normal_index();
+  if (ni < 0) return Status::error(Code::kInvalid, "no normal input set");
+  InputSet tmp;
+  auto normal = m.acquire(ni, &tmp);
+  if (!normal) return normal.status();
   TimingOptions to;
   to.budget_ms = m.opt.timing_budget_ms;
-  auto fn = [&]() -> Status { return m.eager_call(normal->inputs); };
+  auto fn = [&]() -> Status { return m.eager_call(normal.value()->inputs); };
   auto t = m.cuda() ? time_cuda(nullptr, fn, to) : time_cpu(fn, to);
   if (t) m.eager = t.value();
   return t;

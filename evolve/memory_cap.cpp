@@ -34,7 +34,12 @@ int64_t call_tensor_bytes(const OpCall& c) {
   return b;
 }
 
-int64_t eval_peak_estimate(const OpCall& c) { return kEvalBytesPerTensorByte * call_tensor_bytes(c) + kEvalFixedBytes; }
+bool sets_resident(const OpCall& c) { return call_tensor_bytes(c) <= kResidentMaxTensorBytes; }
+
+int64_t eval_peak_estimate(const OpCall& c) {
+  const int64_t per = sets_resident(c) ? kResidentBytesPerTensorByte : kStreamedBytesPerTensorByte;
+  return per * call_tensor_bytes(c) + kEvalFixedBytes;
+}
 
 int64_t eval_memory_cap(double share) {
   if (share <= 0) return 0;

@@ -1,7 +1,7 @@
 // The evaluation child's memory budget. The child builds several reference input sets at once
 // (captured, normal, large, offset, extreme, special: inputs, eager and fp64 outputs, masks) and
 // allocates outputs and comparison temporaries per candidate, so its peak is a multiple of the
-// key's tensor bytes (kEvalBytesPerTensorByte, measured: README "Evolution"). A key whose estimate
+// key's tensor bytes (the factors below, measured: docs/PERF.md "Evaluation memory"). A key whose estimate
 // exceeds the cap is skipped before a child is started; a CPU child also runs under RLIMIT_AS =
 // the cap plus kAddressSpaceHeadroom, so an estimate that was too low ends in a failed allocation
 // in that child, not in the host running out of memory. CUDA children get no RLIMIT_AS: the driver
@@ -14,12 +14,19 @@
 
 namespace kc::evolve {
 
-constexpr int64_t kEvalBytesPerTensorByte = 48;
+// Keys with at most this many tensor bytes keep every input set resident (built once, reused by
+// every candidate: fast searches, peak about kResidentBytesPerTensorByte x the tensors); larger
+// keys rebuild one set at a time per candidate (peak about kStreamedBytesPerTensorByte x).
+constexpr int64_t kResidentMaxTensorBytes = int64_t{8} << 20;
+constexpr int64_t kResidentBytesPerTensorByte = 48;
+constexpr int64_t kStreamedBytesPerTensorByte = 6;
 constexpr int64_t kEvalFixedBytes = int64_t{1} << 30;          // torch, the compiler, one candidate's .so
 constexpr int64_t kAddressSpaceHeadroom = int64_t{8} << 30;    // libraries, thread stacks, arenas: virtual
 
 // Bytes of the call's inputs and outputs (one of each).
 int64_t call_tensor_bytes(const OpCall& c);
+// True when the call's input sets stay resident in the evaluation child (see above).
+bool sets_resident(const OpCall& c);
 // What the child is expected to hold at its peak for this call.
 int64_t eval_peak_estimate(const OpCall& c);
 // share x MemAvailable (/proc/meminfo); 0 when share <= 0 or unknown (no cap).

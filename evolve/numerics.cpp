@@ -5,39 +5,89 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <string_view>
 
 #include "evolve/eager.h"
 #include "runtime/ops.h"
 
 namespace kc::evolve {
+namespace {
 
-double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where) {
-  at::Tensor finite = at::isfinite(ref) & at::isfinite(r64);
-  at::Tensor e = (x.to(at::kDouble) - r64).abs() / (r64.abs() + tau);
-  e = at::where(finite, e, at::zeros_like(e));
-  e = at::where(at::isnan(e), at::full_like(e, INFINITY), e);   // candidate NaN where eager is finite
-  if (e.numel() == 0) return 0;
-  at::Tensor flat = e.reshape(-1);
-  int64_t idx = flat.argmax().item<int64_t>();
-  if (where) *where = idx;
-  return flat[idx].item<double>();
+// Comparisons run over flat chunks of this many elements, so their fp64 temporaries stay a fixed
+// few tens of MiB instead of several copies of the output (a 256 MiB key's evaluation child held
+// ten such copies at once).
+constexpr int64_t kChunk = int64_t{1} << 20;
+
+at::Tensor flat(const at::Tensor& t) { return t.reshape(-1); }
+
+// `mask` narrowed like the chunk when it applies to these elements (same numel), else undefined.
+at::Tensor chunk_of(const at::Tensor& mask, int64_t numel, int64_t off, int64_t len) {
+  if (!mask.defined() || mask.numel() != numel) return at::Tensor();
+  return flat(mask).narrow(0, off, len);
+}
+
+}  // namespace
+
+double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where,
+               const at::Tensor& care) {
+  const int64_t n = x.numel();
+  at::Tensor xf = flat(x), rf = flat(ref), r64f = flat(r64);
+  double worst = 0;
+  int64_t worst_at = 0;
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t len = std::min(kChunk, n - off);
+    at::Tensor r = r64f.narrow(0, off, len);
+    at::Tensor ok = at::isfinite(rf.narrow(0, off, len)) & at::isfinite(r);
+    if (at::Tensor c = chunk_of(care, n, off, len); c.defined()) ok &= c;
+    at::Tensor e = (xf.narrow(0, off, len).to(at::kDouble) - r).abs_().div_(r.abs() + tau);
+    e.masked_fill_(at::isnan(e), INFINITY);   // candidate NaN where eager is finite
+    e.masked_fill_(ok.logical_not(), 0);
+    const int64_t i = e.argmax().item<int64_t>();
+    const double v = e[i].item<double>();
+    if (off == 0 || v > worst) worst = v, worst_at = off + i;
+  }
+  if (where) *where = worst_at;
+  return worst;
 }
 
 namespace {
 
-double value_at(const at::Tensor& t, int64_t flat) { return t.reshape(-1)[flat].item<double>(); }
-
-std::string index_string(const at::Tensor& t, int64_t flat) {
-  std::string s = "[";
-  auto sizes = t.sizes();
+std::vector<int64_t> unflatten(at::IntArrayRef sizes, int64_t flat_index) {
   std::vector<int64_t> idx(sizes.size());
   for (int d = static_cast<int>(sizes.size()) - 1; d >= 0; --d) {
-    idx[d] = sizes[d] ? flat % sizes[d] : 0;
-    flat = sizes[d] ? flat / sizes[d] : 0;
+    idx[d] = sizes[d] ? flat_index % sizes[d] : 0;
+    flat_index = sizes[d] ? flat_index / sizes[d] : 0;
   }
-  for (size_t d = 0; d < idx.size(); ++d) s += (d ? "," : "") + std::to_string(idx[d]);
+  return idx;
+}
+
+double value_at(const at::Tensor& t, int64_t flat_index) {
+  at::Tensor e = t;
+  for (int64_t i : unflatten(t.sizes(), flat_index)) e = e.select(0, i);
+  return e.item<double>();
+}
+
+std::string index_string(const at::Tensor& t, int64_t flat_index) {
+  std::string s = "[";
+  auto idx = unflatten(t.sizes(), flat_index);
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (d) s += ',';
+    s += std::to_string(idx[d]);
+  }
   return s + "]";
+}
+
+// The flat index of the first element where `bad(off, len)` (a bool chunk) is true, or -1.
+template <class F>
+int64_t first_where(int64_t n, F bad) {
+  for (int64_t off = 0; off < n; off += kChunk) {
+    const int64_t len = std::min(kChunk, n - off);
+    at::Tensor b = bad(off, len);
+    if (b.any().item<bool>()) return off + b.nonzero()[0][0].item<int64_t>();
+  }
+  return -1;
 }
 
 }  // namespace
@@ -48,52 +98,76 @@ std::string num(double v) {
   return b;
 }
 
-
-std::optional<nlohmann::json> compare(const std::string& out_name, at::Tensor x, at::Tensor ref, at::Tensor r64,
-                                      double budget, double tau, const at::Tensor& care, const at::Tensor& denormal_in) {
+std::optional<nlohmann::json> compare(const std::string& out_name, const at::Tensor& x, const at::Tensor& ref,
+                                      const at::Tensor& r64, double budget, double tau, const at::Tensor& care,
+                                      const at::Tensor& denormal_in) {
   if (!x.defined() || !ref.defined()) {
     if (x.defined() != ref.defined()) return nlohmann::json{{"output", out_name}, {"error", "output presence differs"}};
     return std::nullopt;
   }
+  const int64_t n = x.numel();
+  at::Tensor xf = flat(x), rf = flat(ref), r64f = flat(r64);
 
   // Non-finite values: exactly where eager has them, with the same kind; or where the fp64
   // computation has them (a kernel more exact than eager, e.g. gelu(+inf) = +inf, is not wrong).
-  if (care.defined() && care.sizes() == x.sizes()) {   // compare the cared-for elements only
-    x = x.masked_select(care);
-    ref = ref.masked_select(care);
-    r64 = r64.masked_select(care);
-  }
-  auto mismatch = [&](const at::Tensor& r) {
-    at::Tensor rr = r.to(x.scalar_type());
-    at::Tensor xn = at::isnan(x), rn = at::isnan(rr);
-    at::Tensor xi = at::isinf(x), ri = at::isinf(rr);
-    return (xn != rn) | (xi != ri) | (ri & (x != rr));
-  };
-  at::Tensor bad = mismatch(ref) & mismatch(r64);
-  if (bad.any().item<bool>()) {
-    int64_t i = bad.reshape(-1).nonzero()[0][0].item<int64_t>();
+  // Only the cared-for elements count (numerics.h InputSet::care).
+  int64_t i = first_where(n, [&](int64_t off, int64_t len) {
+    at::Tensor xs = xf.narrow(0, off, len);
+    auto mismatch = [&](const at::Tensor& r) {
+      at::Tensor rr = r.narrow(0, off, len).to(xs.scalar_type());
+      at::Tensor ri = at::isinf(rr);
+      return (at::isnan(xs) != at::isnan(rr)) | (at::isinf(xs) != ri) | (ri & (xs != rr));
+    };
+    at::Tensor b = mismatch(rf) & mismatch(r64f);
+    if (at::Tensor c = chunk_of(care, n, off, len); c.defined()) b &= c;
+    return b;
+  });
+  if (i >= 0)
     return nlohmann::json{{"output", out_name}, {"check", "non-finite"}, {"index", index_string(ref, i)},
                           {"expected", value_at(ref, i)}, {"actual", value_at(x, i)},
                           {"why", "NaN/Inf where eager has none, or missing where it has them"}};
-  }
   // Denormals kept: where a denormal input gives eager a non-zero subnormal, the candidate must
   // not give zero (it flushed the input).
-  if (x.scalar_type() == at::kFloat && denormal_in.defined() && denormal_in.sizes() == x.sizes()) {
-    at::Tensor sub = (ref != 0) & (ref.abs() < std::numeric_limits<float>::min()) & (x == 0) & denormal_in;
-    if (sub.any().item<bool>()) {
-      int64_t i = sub.reshape(-1).nonzero()[0][0].item<int64_t>();
+  if (x.scalar_type() == at::kFloat && denormal_in.defined() && denormal_in.numel() == n) {
+    i = first_where(n, [&](int64_t off, int64_t len) {
+      at::Tensor r = rf.narrow(0, off, len);
+      return (r != 0) & (r.abs() < std::numeric_limits<float>::min()) & (xf.narrow(0, off, len) == 0) &
+             chunk_of(denormal_in, n, off, len);
+    });
+    if (i >= 0)
       return nlohmann::json{{"output", out_name}, {"check", "denormal"}, {"index", index_string(ref, i)},
                             {"expected", value_at(ref, i)}, {"actual", 0.0}, {"why", "flushes denormals to zero"}};
-    }
   }
-  int64_t i = 0;
-  double err = rel_err(x, ref, r64, tau, &i);
+  double err = rel_err(x, ref, r64, tau, &i, care);
   if (err > budget) {
     return nlohmann::json{{"output", out_name}, {"check", "error budget"}, {"index", index_string(ref, i)},
                           {"expected", value_at(ref, i)}, {"fp64", value_at(r64, i)}, {"actual", value_at(x, i)},
                           {"error", err}, {"budget", budget}};
   }
   return std::nullopt;
+}
+
+namespace {
+
+size_t storage_hash(const at::Tensor& t) {
+  const auto& st = t.storage();
+  return std::hash<std::string_view>{}(std::string_view(static_cast<const char*>(st.data()), st.nbytes()));
+}
+
+}  // namespace
+
+InputGuard::InputGuard(const std::vector<at::Tensor>& inputs) {
+  for (const auto& t : inputs) {
+    const bool host = t.defined() && t.is_cpu();
+    copies_.push_back(t.defined() && !host ? t.clone() : at::Tensor());
+    hashes_.push_back(host ? storage_hash(t) : 0);
+  }
+}
+
+bool InputGuard::unchanged(size_t k, const at::Tensor& now) const {
+  if (!now.defined()) return true;
+  if (now.is_cpu()) return storage_hash(now) == hashes_[k];
+  return same_bits(now, copies_[k]);
 }
 
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
@@ -107,6 +181,19 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 }
 
 namespace {
+
+// Root mean square of the finite elements (non-finite ones count as zero), chunk by chunk.
+double finite_rms(const at::Tensor& t) {
+  const int64_t n = t.numel();
+  if (n == 0) return 0;
+  at::Tensor f = flat(t);
+  double sum = 0;
+  for (int64_t off = 0; off < n; off += kChunk) {
+    at::Tensor c = f.narrow(0, off, std::min(kChunk, n - off)).to(at::kDouble);
+    sum += c.masked_fill(at::isfinite(c).logical_not(), 0).square().sum().item<double>();
+  }
+  return std::sqrt(sum / static_cast<double>(n));
+}
 
 // How many input elements are summed into each element of output j: 1 for elementwise ops, the
 // row length for softmax and layer norm (every output, statistics included), and for layer norm
@@ -166,14 +253,12 @@ Result<InputSet> reference_set(const OpCall& call, const std::string& name, std:
       return Status::error(Code::kInvalid, "eager's output " + m.name + " differs from the inferred layout");
     double tau = 0, err = 0;
     if (m.defined) {
-      at::Tensor r64 = s.ref64[j];
-      at::Tensor fin = at::isfinite(r64);
-      at::Tensor vals = at::where(fin, r64, at::zeros_like(r64));
-      double rms = r64.numel() ? std::sqrt(vals.pow(2).mean().item<double>()) : 0;
+      const at::Tensor& r64 = s.ref64[j];
+      const double rms = finite_rms(r64);
       // Mixed error: relative for large values, absolute at a tenth of the typical magnitude
       // near zero (a formula that loses a few ulp of 1.0 at tiny outputs is not wrong).
       tau = std::max(1e-1 * rms, 1e-30);
-      err = rel_err(s.ref[j], s.ref[j], r64, tau, nullptr);
+      err = rel_err(s.ref[j], s.ref[j], r64, tau, nullptr, at::Tensor());
     }
     double eps = m.dtype == DType::kF64 ? 2.2e-16 : m.dtype == DType::kF32 ? 1.19e-7 : 7.8e-3;
     // Opt-in reduced precision (the key's policy) for fp32 outputs: the unit roundoff of bf16

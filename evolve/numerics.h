@@ -35,14 +35,30 @@ struct InputSet {
 // each (the growth of plain fp32 accumulation). kInvalid if eager disagrees with the call's outputs.
 Result<InputSet> reference_set(const OpCall& call, const std::string& name, std::vector<at::Tensor> inputs);
 
-// max_i |x - r64| / (|r64| + tau) over positions where the eager reference is finite; *where gets
-// the flat index of the maximum.
-double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where);
+// max_i |x - r64| / (|r64| + tau) over positions where the eager reference is finite (and `care`,
+// when defined, is true); *where gets the flat index of the maximum. Chunked: fixed temporaries.
+double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where,
+               const at::Tensor& care);
 
 // Compares one output with eager (`ref`) and fp64 (`r64`); on failure the evidence: the check
 // that failed, the first offending index, expected / fp64 / actual values, error and budget.
-std::optional<nlohmann::json> compare(const std::string& out_name, at::Tensor x, at::Tensor ref, at::Tensor r64,
-                                      double budget, double tau, const at::Tensor& care, const at::Tensor& denormal_in);
+std::optional<nlohmann::json> compare(const std::string& out_name, const at::Tensor& x, const at::Tensor& ref,
+                                      const at::Tensor& r64, double budget, double tau, const at::Tensor& care,
+                                      const at::Tensor& denormal_in);
+
+// Detects a kernel writing into its inputs. CPU: a hash of each input's whole storage (no second
+// copy of a large key's inputs, and a write into the gaps of a strided input counts too). CUDA: a
+// device copy of each input, compared bit for bit (device memory, not the host's).
+class InputGuard {
+ public:
+  explicit InputGuard(const std::vector<at::Tensor>& inputs);
+  // True if inputs[k] holds what it held when the guard was made.
+  bool unchanged(size_t k, const at::Tensor& now) const;
+
+ private:
+  std::vector<at::Tensor> copies_;
+  std::vector<size_t> hashes_;
+};
 
 // Same sizes, dtype and bytes (NaN payloads included).
 bool same_bits(const at::Tensor& a, const at::Tensor& b);

@@ -4,6 +4,7 @@
 // has no caching allocator that would hide out-of-bounds accesses inside a larger block.
 // Bundle (written by the gauntlet): call.json, launch.json, kernel.bin, in<k>.bin per input.
 // Exit: 0 ran cleanly; 3 the launch or the device reported an error; 2 a bad bundle.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,16 +26,19 @@ int fail(int code, const std::string& msg) {
   return code;
 }
 
-// Bytes a tensor spans: (last reachable element + 1) * element size.
-size_t extent_bytes(const kc::TensorMeta& m) {
-  if (!m.defined) return 0;
-  int64_t last = 0;
-  for (size_t d = 0; d < m.sizes.size(); ++d) {
-    if (m.sizes[d] == 0) return 0;
-    last += (m.sizes[d] - 1) * m.strides[d];
+// A buffer of n bytes whose start has exactly the alignment class `align` (runtime/tensor_meta.h)
+// and whose end is the end of the allocation, so AddressSanitizer's redzone sits right after it.
+struct AlignedBuffer {
+  void* base = nullptr;
+  char* data = nullptr;
+  AlignedBuffer(size_t n, int align) {
+    const size_t off = static_cast<size_t>(std::clamp(align, 1, kc::kMaxAlignClass));
+    if (posix_memalign(&base, kc::kAlignSpan, off + n) == 0) data = static_cast<char*>(base) + off;
   }
-  return static_cast<size_t>(last + 1) * kc::dtype_size(m.dtype);
-}
+  ~AlignedBuffer() { std::free(base); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+};
 
 }  // namespace
 
@@ -61,26 +65,29 @@ int main(int argc, char** argv) {
   if (!cuda) {
     auto ld = kc::cpu_backend().load(binary, rs.value());
     if (!ld) return fail(3, ld.status().to_string());
-    std::vector<std::unique_ptr<char[]>> bufs;
+    std::vector<std::unique_ptr<AlignedBuffer>> bufs;
     std::vector<void*> ptrs;
     for (size_t k = 0; k < b.tensors.size(); ++k) {
-      size_t n = extent_bytes(b.tensors[k]);
+      size_t n = static_cast<size_t>(kc::extent_bytes(b.tensors[k]));
       if (!b.tensors[k].defined || n == 0) {
         ptrs.push_back(nullptr);
         continue;
       }
-      bufs.emplace_back(new char[n]);   // exact size: ASan's redzones sit right after it
+      // Exact size (ASan's redzones sit right after it), at exactly the key's alignment.
+      bufs.push_back(std::make_unique<AlignedBuffer>(n, b.tensors[k].align));
+      if (!bufs.back()->data) return fail(2, "out of memory");
       if (k < ninputs) {
         bool ok;
         std::string data = kc::read_file(dir + "/in" + std::to_string(k) + ".bin", &ok);
         if (!ok || data.size() != n) return fail(2, "input " + std::to_string(k) + " has the wrong size");
-        std::memcpy(bufs.back().get(), data.data(), n);
+        std::memcpy(bufs.back()->data, data.data(), n);
       }
-      ptrs.push_back(bufs.back().get());
+      ptrs.push_back(bufs.back()->data);
     }
     for (int64_t s : rs.value().scratch_bytes) {
-      bufs.emplace_back(new char[s > 0 ? s : 1]);
-      ptrs.push_back(bufs.back().get());
+      bufs.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(s > 0 ? s : 1), kc::kMaxAlignClass));
+      if (!bufs.back()->data) return fail(2, "out of memory");
+      ptrs.push_back(bufs.back()->data);
     }
     kc::Status st = ld.value()->run(ptrs.data(), kc::ExecContext{});
     if (!st) return fail(3, st.to_string());
@@ -102,16 +109,19 @@ int main(int argc, char** argv) {
   kc::ScopedContext scope(d, ctx);
   std::vector<void*> ptrs;
   std::vector<CUdeviceptr> allocs;
-  auto alloc = [&](size_t n) -> void* {
+  // cuMemAlloc's start is 256-aligned; the buffer starts `align` bytes in, so its address has
+  // exactly the key's alignment class and its end is the allocation's end (memcheck's bound).
+  auto alloc = [&](size_t n, int align) -> void* {
     CUdeviceptr p = 0;
     if (n == 0) return nullptr;
-    if (d.cuMemAlloc(&p, n) != CUDA_SUCCESS) return nullptr;
+    const size_t off = static_cast<size_t>(std::clamp(align, 1, kc::kMaxAlignClass));
+    if (d.cuMemAlloc(&p, off + n) != CUDA_SUCCESS) return nullptr;
     allocs.push_back(p);
-    return reinterpret_cast<void*>(p);
+    return reinterpret_cast<void*>(p + off);
   };
   for (size_t k = 0; k < b.tensors.size(); ++k) {
-    size_t n = extent_bytes(b.tensors[k]);
-    void* p = alloc(n);
+    size_t n = static_cast<size_t>(kc::extent_bytes(b.tensors[k]));
+    void* p = alloc(n, b.tensors[k].align);
     if (n && !p) return fail(2, "cuMemAlloc failed");
     if (k < ninputs && n) {
       bool ok;
@@ -121,7 +131,7 @@ int main(int argc, char** argv) {
     }
     ptrs.push_back(p);
   }
-  for (int64_t s : rs.value().scratch_bytes) ptrs.push_back(alloc(static_cast<size_t>(s)));
+  for (int64_t s : rs.value().scratch_bytes) ptrs.push_back(alloc(static_cast<size_t>(s), kc::kMaxAlignClass));
   kc::Status st = ld.value()->run(ptrs.data(), kc::ExecContext{});
   if (!st) return fail(3, st.to_string());
   CUresult r = d.cuCtxSynchronize();

@@ -57,8 +57,10 @@ std::string first_error_line(const std::string& text) {
     if (body.find("rror") != std::string::npos || body.find("Invalid") != std::string::npos ||
         body.find("hazard") != std::string::npos || body.find("ERROR") != std::string::npos ||
         body.find("Uninitialized") != std::string::npos || body.find("Barrier") != std::string::npos) {
-      // The source line (kernels are compiled with line info): "... in kernel.cu:12".
+      // The source line (kernels are compiled with line info): "... in kernel.cu:12", or
+      // AddressSanitizer's frame "in kc_entry /path/kernel.cpp:8".
       size_t at = text.find("kernel.cu:", pos);
+      if (at == std::string::npos) at = text.find("kernel.cpp:", pos);
       if (at != std::string::npos) {
         size_t end = text.find_first_of(" \n", at);
         body += " (" + text.substr(at, end == std::string::npos ? std::string::npos : end - at) + ")";

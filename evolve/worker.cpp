@@ -387,10 +387,9 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
                           {"stages", {{{"name", "static"}, {"outcome", "rejected"}, {"summary", rep.first_error()},
                                        {"evidence", rep.to_json()}, {"millis", 0}}}}};
   std::string file = temp_call_file(call.value());
+  RemoveAtScopeEnd remove_file(file);   // kept while the session lives: a crash's replay restarts the child
   ChildSession child({o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file}, o);
-  Status s = child.ensure();
-  unlink(file.c_str());
-  if (!s) return s;
+  if (Status s = child.ensure(); !s) return s;
   return child.evaluate("verify", source, launch, "full");
 }
 

@@ -41,6 +41,7 @@ struct LoadedKernel {
   std::shared_ptr<const Record> record;
   ResolvedSpec spec;
   std::vector<TensorMeta> outputs;      // output metadata, captured from eager when loaded
+  std::vector<int> align;               // per tensor (inputs, then outputs): the class it was verified at
   std::unique_ptr<Launcher> launcher;
   ServeProbe probe;
 };

@@ -64,6 +64,16 @@ const ScalarArg* Binding::scalar(const std::string& name) const {
   return nullptr;
 }
 
+int64_t extent_bytes(const TensorMeta& m) {
+  if (!m.defined) return 0;
+  int64_t last = 0;
+  for (size_t d = 0; d < m.sizes.size(); ++d) {
+    if (m.sizes[d] == 0) return 0;
+    last += (m.sizes[d] - 1) * m.strides[d];
+  }
+  return (last + 1) * static_cast<int64_t>(dtype_size(m.dtype));
+}
+
 int align_class(const void* p) {
   auto a = reinterpret_cast<uintptr_t>(p);
   if (a % 16 == 0) return 16;

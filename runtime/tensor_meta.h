@@ -43,5 +43,13 @@ struct Binding {
 
 // Alignment class of an address: 16, 8, 4, 2 or 1.
 int align_class(const void* p);
+// The largest alignment class (16): a pointer at 32 or 64 bytes counts as 16. Verification puts
+// every buffer at an address of exactly its key's class (start = a multiple of kAlignSpan plus
+// the class), so a kernel that assumes more alignment than its key gives fails there.
+constexpr int kMaxAlignClass = 16;
+constexpr int kAlignSpan = 2 * kMaxAlignClass;
+// Bytes a tensor spans from its data pointer: (last reachable element + 1) * element size; 0
+// for an absent or empty tensor.
+int64_t extent_bytes(const TensorMeta& m);
 
 }  // namespace kc

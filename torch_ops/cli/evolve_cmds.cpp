@@ -261,11 +261,12 @@ int report_verdict(const Args& args, const nlohmann::json& out) {
     for (const auto& r : out["calls"]) {
       std::printf("shape %s\n", r.value("shape", "").c_str());
       for (const auto& s : r.value("stages", nlohmann::json::array()))
-        std::printf("  %-10s %-9s %s\n", s.value("name", "").c_str(), s.value("outcome", "").c_str(),
-                    s.value("summary", "").c_str());
+        std::printf("  %-10s %-9s %8.0f ms  %s\n", s.value("name", "").c_str(), s.value("outcome", "").c_str(),
+                    s.value("millis", 0.0), s.value("summary", "").c_str());
       if (r.value("verified", false))
         std::printf("  timing: %.2f us vs eager %.2f us\n", r.value("median_ms", 0.0) * 1e3,
                     r.value("eager_median_ms", 0.0) * 1e3);
+      if (r.contains("peak_rss_mb")) std::printf("  evaluation child peak RSS: %d MiB\n", r.value("peak_rss_mb", 0));
     }
     if (out["verified"].get<bool>()) std::printf("VERIFIED\n");
     else {
