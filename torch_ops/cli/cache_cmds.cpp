@@ -275,13 +275,13 @@ int cmd_import(const Args& args) {
   if (!st) return store_failure(st.status());
   auto im = import_bundle(*st.value(), file, opts);
   if (!im) return store_failure(im.status());
-  // One line per refused record: what was refused and why.
-  for (const auto& e : im->errors) warn("refused " + e);
   if (args.json) {
     print_json({{"file", file}, {"imported", im->imported}, {"unchanged", im->unchanged}, {"kept", im->kept},
                 {"rejected", im->rejected}, {"reverified", im->reverified}, {"signed_by", im->signed_by},
                 {"errors", im->errors}}, true);
   } else {
+    // One line per refused record, what and why (stderr keeps the one failure line below).
+    for (const auto& e : im->errors) std::printf("refused %s\n", e.c_str());
     std::printf("imported %zu records from %s (%zu unchanged, %zu kept, %zu rejected%s%s)\n", im->imported,
                 file.c_str(), im->unchanged, im->kept, im->rejected,
                 im->reverified ? (", " + std::to_string(im->reverified) + " verified here").c_str() : "",
