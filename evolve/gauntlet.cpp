@@ -8,6 +8,7 @@
 #include "evolve/gauntlet_impl.h"
 #include "evolve/sanitizers.h"
 #include "evolve/static_check.h"
+#include "runtime/binary_check.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 
@@ -113,6 +114,11 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     binary = out.value().binary;
     s.evidence["log"] = out.value().log.substr(0, 2000);
     s.evidence["compile_ms"] = out.value().millis;
+    if (!m.cuda()) {   // judged on the binary too (binary_check.h); load would refuse it anyway
+      BinaryCheck bc = check_cpu_binary(binary);
+      s.evidence["binary"] = bc.to_json();
+      if (!bc.ok()) return reject(s, "binary: " + bc.message(), s.evidence);
+    }
   }
 
   // -- load

@@ -5,7 +5,8 @@
 //
 // Stages, in order:
 //   static     source rules (static_check.h): device state, clocks, L2 tricks, precision, host calls
-//   compile    NVRTC / host compiler; resource use (registers, smem, spills) from the binary
+//   compile    NVRTC / host compiler; resource use (registers, smem, spills) from the binary; CPU
+//              shared objects judged on imports, load-time code and syscalls (binary_check.h)
 //   load       launch spec resolved for the key; module loaded; entry points found
 //   numerics   every input set (captured, normal, large, offset, extreme, special): outputs poisoned
 //              (NaN) before each call, scratch poisoned, shared memory scrubbed (CUDA), inputs

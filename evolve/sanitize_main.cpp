@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   const size_t ninputs = call.value().inputs.size();
 
   if (!cuda) {
-    auto ld = kc::cpu_backend().load(binary, rs.value());
+    // An AddressSanitizer build: its instrumentation imports __asan_* and has a module constructor.
+    auto ld = kc::cpu_load(binary, rs.value(), kc::BinaryPolicy::kSanitizerBuild);
     if (!ld) return fail(3, ld.status().to_string());
     std::vector<std::unique_ptr<AlignedBuffer>> bufs;
     std::vector<void*> ptrs;

@@ -12,6 +12,23 @@
 
 namespace kc {
 
+Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, std::string* backend) {
+  if (target.rfind("cpu-", 0) == 0) {
+    if (target != cpu_backend().target_id())
+      return Status::error(Code::kInvalid, "key is for CPU target " + target + " but this machine is " +
+                                               cpu_backend().target_id());
+    if (backend) *backend = "cpu";
+    return cpu_backend().compile(source);
+  }
+  if (target.rfind("cuda-sm_", 0) == 0) {
+    int sm = std::atoi(target.c_str() + 8);
+    if (sm <= 0) return Status::error(Code::kInvalid, "cannot read the architecture in " + target);
+    if (backend) *backend = "cuda";
+    return nvrtc_compile(source, sm);
+  }
+  return Status::error(Code::kUnsupported, "unknown target '" + target + "'");
+}
+
 Result<Record> make_manual_record(const std::string& key, const std::string& source,
                                   const nlohmann::json& launch, const std::string& by) {
   std::string op = key_op(key), target = key_target(key);
@@ -23,19 +40,7 @@ Result<Record> make_manual_record(const std::string& key, const std::string& sou
   r.op = op;
   r.source = source;
   r.launch = to_json(spec.value());
-  Result<CompileOutput> out = Status::error(Code::kUnsupported, "unknown target '" + target + "'");
-  if (target.rfind("cpu-", 0) == 0) {
-    if (target != cpu_backend().target_id())
-      return Status::error(Code::kInvalid, "key is for CPU target " + target + " but this machine is " +
-                                               cpu_backend().target_id());
-    r.backend = "cpu";
-    out = cpu_backend().compile(source);
-  } else if (target.rfind("cuda-sm_", 0) == 0) {
-    r.backend = "cuda";
-    int sm = std::atoi(target.c_str() + 8);
-    if (sm <= 0) return Status::error(Code::kInvalid, "cannot read the architecture in " + target);
-    out = nvrtc_compile(source, sm);
-  }
+  auto out = compile_for_target(target, source, &r.backend);
   if (!out) return out.status();
   r.blob = std::move(out->binary);
   r.meta["compile"] = {{"log", out->log}, {"ms", out->millis}};

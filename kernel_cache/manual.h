@@ -6,9 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include "kernel_cache/record.h"
+#include "runtime/backend.h"
 #include "runtime/status.h"
 
 namespace kc {
+
+// Compiles `source` for `target` (a key's target field) on this machine: the CPU backend for
+// "cpu-*" targets, which must be this machine's (kInvalid otherwise), NVRTC for "cuda-sm_XX*"
+// (no GPU needed). Sets `backend` to "cpu" or "cuda". Also what bundle import rebuilds with.
+Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, std::string* backend);
 
 // Compiles `source` for the target named in `key` (the CPU backend for "cpu-*" targets, which
 // must be this machine's; NVRTC for "cuda-sm_XX*") and returns a "served" record.

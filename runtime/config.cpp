@@ -24,6 +24,9 @@ const std::vector<ConfigField>& config_fields() {
       {"serve_unverified", "KERNELCRAFT_SERVE_UNVERIFIED",
        "also serve kernels stored by hand without verification (cache put, put_kernel)"},
       {"miss_log", "KERNELCRAFT_MISS_LOG", "file to which each newly missed key is appended (pre-warming)"},
+      {"trusted_keys", "KERNELCRAFT_TRUSTED_KEYS",
+       "comma-separated bundle-signing public keys (.pub files or directories of them); when set, cache import "
+       "accepts only bundles signed by one of them"},
       {"cxx", "KERNELCRAFT_CXX", "host C++ compiler for CPU kernels"},
       {"nvrtc", "KERNELCRAFT_NVRTC", "path of libnvrtc to load before the usual search"},
       {"precision", "KERNELCRAFT_PRECISION", "precision policy: fp32 | tf32 | bf16 (part of the key)"},
@@ -131,6 +134,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       else if (k == "cache_shared") n.cache_shared = v.get<bool>();
       else if (k == "evolve_memory_share") n.evolve_memory_share = std::clamp(v.get<double>(), 0.0, 1.0);
       else if (k == "miss_log") n.miss_log = v.get<std::string>();
+      else if (k == "trusted_keys") n.trusted_keys = v.get<std::string>();
       else if (k == "serve_unverified") n.serve_unverified = v.get<bool>();
       else if (k == "cxx") n.cxx = v.get<std::string>();
       else if (k == "nvrtc") n.nvrtc_path = v.get<std::string>();
@@ -173,7 +177,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
 nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
           {"cache_readonly", c.cache_readonly}, {"cache_shared", c.cache_shared},
-          {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
+          {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"trusted_keys", c.trusted_keys}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
           {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls}, {"evolve_nice", c.evolve_nice},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
@@ -212,6 +216,7 @@ Config load_config() {
   if (const char* v = env("KERNELCRAFT_CACHE_READONLY")) c.cache_readonly = truthy(v);
   if (const char* v = env("KERNELCRAFT_CACHE_SHARED")) c.cache_shared = truthy(v);
   if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
+  if (const char* v = env("KERNELCRAFT_TRUSTED_KEYS")) c.trusted_keys = v;
   if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
   if (const char* v = env("KERNELCRAFT_LLM_API")) {
     if (valid_llm_api(v)) c.llm_api = v;

@@ -23,6 +23,9 @@ struct Config {
                                        // CPU evaluation child's address-space cap, as a fraction of
                                        // the memory available when it starts (0: no cap)
   std::string miss_log;                // KERNELCRAFT_MISS_LOG / "miss_log": append missed keys here
+  std::string trusted_keys;            // KERNELCRAFT_TRUSTED_KEYS / "trusted_keys": bundle-signing
+                                       // public keys (.pub files or directories, comma-separated);
+                                       // set: cache import takes only bundles signed by one of them
   std::string cxx = "c++";             // KERNELCRAFT_CXX / "cxx": host compiler for CPU kernels
   std::string nvrtc_path;              // KERNELCRAFT_NVRTC / "nvrtc": libnvrtc to dlopen first
   std::string policy = "fp32";         // KERNELCRAFT_PRECISION / "precision": fp32 | tf32 | bf16

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "runtime/binary_check.h"
 #include "runtime/config.h"
 #include "runtime/kc_cpu.h"
 #include "runtime/log.h"
@@ -115,7 +116,10 @@ const Toolchain& toolchain() {
       id = compiler_id(tc.cxx, march);
     }
 #endif
-    tc.flags = {"-O3", "-std=c++17", "-shared", "-fPIC", "-fno-exceptions", "-Wall", "-Wl,-z,defs"};
+    // -nostartfiles: no crtbeginS/crtendS, whose frame_dummy and __do_global_dtors_aux would sit
+    // in .init_array/.fini_array of every kernel; without them a kernel has no load-time code at
+    // all, and the binary check (binary_check.h) can demand exactly that.
+    tc.flags = {"-O3", "-std=c++17", "-shared", "-fPIC", "-fno-exceptions", "-Wall", "-Wl,-z,defs", "-nostartfiles"};
     tc.flags.insert(tc.flags.end(), march.begin(), march.end());
     if (!id.is_ok()) {
       tc.status = Status::error(Code::kUnavailable, "host compiler '" + cxx + "': " + id.status().message());
@@ -263,7 +267,9 @@ class CpuBackend : public Backend {
 
   Result<CompileOutput> compile(const std::string& source) override { return cpu_compile(source, {}); }
 
-  Result<std::unique_ptr<Launcher>> load(const std::string& binary, const ResolvedSpec& spec) override;
+  Result<std::unique_ptr<Launcher>> load(const std::string& binary, const ResolvedSpec& spec) override {
+    return cpu_load(binary, spec, BinaryPolicy::kKernel);
+  }
 };
 
 }  // namespace
@@ -284,6 +290,9 @@ Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<s
     std::vector<std::string> argv = tc.cxx;
     argv.insert(argv.end(), tc.flags.begin(), tc.flags.end());
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    // The temp dir's name must not reach the binary (debug info of sanitizer builds, __FILE__):
+    // the same source and flags give the same bytes anywhere, which bundle import relies on.
+    argv.push_back("-ffile-prefix-map=" + dir.path() + "/=");
     argv.insert(argv.end(), {"-o", so, "-x", "c++", src});
     ProcessOptions po;
     po.timeout_s = kCompileTimeoutS;
@@ -306,11 +315,12 @@ Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<s
     return out;
 }
 
-namespace {
-
-Result<std::unique_ptr<Launcher>> CpuBackend::load(const std::string& binary, const ResolvedSpec& spec) {
+Result<std::unique_ptr<Launcher>> cpu_load(const std::string& binary, const ResolvedSpec& spec, BinaryPolicy policy) {
     if (binary.size() < 4 || binary.compare(0, 4, "\x7f" "ELF") != 0)
       return Status::error(Code::kLaunchError, "CPU kernel binary is not an ELF shared object");
+    // Judged before dlopen: a constructor or IFUNC resolver would run inside dlopen itself.
+    if (BinaryCheck bc = check_cpu_binary(binary, policy); !bc.ok())
+      return Status::error(Code::kLaunchError, "CPU kernel binary refused: " + bc.message());
     for (const auto& l : spec.launches) {
       int64_t t;
       if (__builtin_mul_overflow(l.grid[0], l.grid[1], &t) || __builtin_mul_overflow(t, l.grid[2], &t))
@@ -333,8 +343,6 @@ Result<std::unique_ptr<Launcher>> CpuBackend::load(const std::string& binary, co
     }
     return std::unique_ptr<Launcher>(new CpuLauncher(std::move(so), spec, std::move(entries)));
 }
-
-}  // namespace
 
 const char* cpu_kernel_prelude() { return kPrelude; }
 

@@ -10,15 +10,21 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "runtime/binary_check.h"
 
 namespace kc {
 
-// Process-wide CPU backend. Compiler: KERNELCRAFT_CXX or "c++"; flags fixed (-O3 -shared -fPIC).
+// Process-wide CPU backend. Compiler: KERNELCRAFT_CXX or "c++"; flags fixed (-O3 -shared -fPIC
+// -nostartfiles ...); every load passes check_cpu_binary first.
 Backend& cpu_backend();
 
 // Compiles with the backend's flags plus `extra_flags` (e.g. -fsanitize=address for the gauntlet's
 // sanitizer stage); what Backend::compile does with none.
 Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<std::string>& extra_flags);
+
+// Checks `binary` (binary_check.h) under `policy`, then loads it; what Backend::load does with
+// kKernel. The sanitizer runner loads AddressSanitizer builds with kSanitizerBuild.
+Result<std::unique_ptr<Launcher>> cpu_load(const std::string& binary, const ResolvedSpec& spec, BinaryPolicy policy);
 
 // The prelude prepended to every CPU kernel source before compiling.
 const char* cpu_kernel_prelude();

@@ -132,6 +132,25 @@ echo "definitely not a bundle" >"$WORK/garbage.kcb"
 expect 1 --cache-dir "$WORK/other" cache import "$WORK/garbage.kcb"
 expect 1 --cache-dir "$CACHE" cache export "$WORK/no/such/dir/x.kcb"
 
+# ---- signed bundles and --reverify (kernel_cache/bundle.h: what import trusts)
+expect 0 keygen --out "$WORK/keys" --json
+jcheck 'len(j["id"]) == 64'
+expect 1 keygen --out "$WORK/keys"
+expect 0 keygen --out "$WORK/other-keys"
+expect 0 --cache-dir "$CACHE" cache export "$WORK/signed.kcb" --op relu --sign "$WORK/keys/bundle-signing.key" --json
+jcheck 'j["exported"] == 2 and len(j["signed_by"]) == 64'
+expect 1 --cache-dir "$CACHE" cache export "$WORK/x.kcb" --sign "$WORK/keys/bundle-signing.pub"
+expect 0 --cache-dir "$WORK/signed-dst" cache import "$WORK/signed.kcb" --trust "$WORK/keys/bundle-signing.pub" --json
+jcheck 'j["imported"] == 2 and j["rejected"] == 0 and len(j["signed_by"]) == 64'
+expect 0 --cache-dir "$WORK/signed-dst2" cache import "$WORK/signed.kcb" --trust "$WORK/other-keys" --trust "$WORK/keys" --json
+jcheck 'j["imported"] == 2'
+expect 1 --cache-dir "$WORK/signed-dst3" cache import "$WORK/signed.kcb" --trust "$WORK/other-keys/bundle-signing.pub"
+expect 1 --cache-dir "$WORK/signed-dst3" cache import "$WORK/relu.kcb" --trust "$WORK/keys/bundle-signing.pub"
+KERNELCRAFT_TRUSTED_KEYS="$WORK/other-keys" expect 1 --cache-dir "$WORK/signed-dst3" cache import "$WORK/signed.kcb"
+# copy_cpu.cpp stored for relu keys is a wrong relu: the gauntlet here refuses both, one line each
+expect 1 --cache-dir "$WORK/reverify-dst" cache import "$WORK/relu.kcb" --reverify --json
+jcheck 'j["imported"] == 0 and j["rejected"] == 2 and all("rejected by the gauntlet here: numerics" in e for e in j["errors"])'
+
 # ---- rm
 expect 0 --cache-dir "$CACHE" cache rm "$KEY1"
 expect 1 --cache-dir "$CACHE" cache rm "$KEY1"

@@ -203,9 +203,18 @@ def test_offline_evolve_from_a_miss_log_then_ship_the_cache(tmp_path):
     assert r.returncode == 0, r.stderr
     state = records(build_cache)[keys[0]]["state"]
     assert state in ("served", "eager_best")
-    bundle = tmp_path / "kernels.kcb"
-    subprocess.run([CLI, "--cache-dir", str(build_cache), "cache", "export", str(bundle)], check=True, timeout=120)
-    subprocess.run([CLI, "--cache-dir", str(ship_cache), "cache", "import", str(bundle)], check=True, timeout=120)
+    bundle, keys = tmp_path / "kernels.kcb", tmp_path / "keys"
+    # The verified claim travels only under a signature the importer trusts (kernel_cache/bundle.h);
+    # an unsigned bundle's verified records are refused.
+    subprocess.run([CLI, "keygen", "--out", str(keys)], check=True, timeout=60)
+    subprocess.run([CLI, "--cache-dir", str(build_cache), "cache", "export", str(bundle), "--sign",
+                    str(keys / "bundle-signing.key")], check=True, timeout=120)
+    if state == "served":
+        r = subprocess.run([CLI, "--cache-dir", str(tmp_path / "unsigned"), "cache", "import", str(bundle)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "claims to be verified" in r.stdout, r.stdout + r.stderr
+    subprocess.run([CLI, "--cache-dir", str(ship_cache), "cache", "import", str(bundle), "--trust",
+                    str(keys / "bundle-signing.pub")], check=True, timeout=120)
     out = child("""
         x = torch.randn(128, 65)
         torch.relu(x); y = torch.relu(x)

@@ -1,15 +1,19 @@
-// `kernelcraft cache ls|show|rm|stats|export|import|repair`: thin wrappers over the store and bundles.
+// `kernelcraft cache ls|show|rm|stats|export|import|repair` and `keygen`: thin wrappers over the
+// store and bundles (kernel_cache/bundle.h says what import trusts).
 // Reads open the cache read-only (works on shipped, unwritable caches and beside a live writer);
 // rm and import open it as the writer, waiting a few seconds for another writer to finish.
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "kernel_cache/bundle.h"
+#include "kernel_cache/bundle_trust.h"
 #include "kernel_cache/key.h"
 #include "kernel_cache/record.h"
 #include "kernel_cache/repair.h"
 #include "kernel_cache/store.h"
+#include "runtime/config.h"
 #include "runtime/ops.h"
 #include "torch_ops/cli/cli.h"
 
@@ -215,19 +219,44 @@ int cmd_export(const Args& args) {
   const std::string& file = args.words[2];
   auto op = op_filter(args);
   if (!op) return usage_error(op.status().message());
+  std::string secret;
+  if (!args.value("sign").empty()) {
+    auto sk = read_secret_key(args.value("sign"));
+    if (!sk) return fail(sk.status().message());
+    secret = sk.value();
+  }
   auto st = open_for_read(args);
   if (!st) return store_failure(st.status());
-  auto ex = export_bundle(*st.value(), file, BundleFilter{args.value("match"), op.value()});
+  auto ex = export_bundle(*st.value(), file, BundleFilter{args.value("match"), op.value()}, secret);
   if (!ex) return store_failure(ex.status());
   for (const auto& e : ex->errors) warn("skipped unreadable record " + e);
   if (ex->damaged) warn_damaged(ex->damaged);
+  const std::string signer = secret.empty() ? "" : to_hex(secret.substr(32));
   if (args.json) {
     print_json({{"file", file}, {"exported", ex->exported}, {"skipped", ex->skipped}, {"damaged_regions", ex->damaged},
-                {"bytes", ex->bytes}, {"errors", ex->errors}}, true);
+                {"bytes", ex->bytes}, {"signed_by", signer}, {"errors", ex->errors}}, true);
   } else {
-    std::printf("exported %zu records to %s (%zu bytes)\n", ex->exported, file.c_str(), ex->bytes);
+    std::printf("exported %zu records to %s (%zu bytes%s)\n", ex->exported, file.c_str(), ex->bytes,
+                signer.empty() ? ", unsigned" : (", signed by " + signer.substr(0, 16) + "...").c_str());
   }
   return kExitOk;
+}
+
+// The keys --trust names (repeatable, each a .pub file or a directory), else trusted_keys from the
+// configuration; empty when neither says anything.
+Result<std::vector<std::string>> trusted_keys(const Args& args) {
+  std::vector<std::string> paths;
+  std::string text = args.value("trust");
+  char sep = ';';
+  if (text.empty()) {
+    text = load_config().trusted_keys;
+    sep = ',';
+  }
+  std::stringstream ss(text);
+  for (std::string p; std::getline(ss, p, sep);)
+    if (!p.empty()) paths.push_back(p);
+  if (paths.empty()) return std::vector<std::string>();
+  return read_trusted_keys(paths);
 }
 
 int cmd_import(const Args& args) {
@@ -235,18 +264,28 @@ int cmd_import(const Args& args) {
   const std::string& file = args.words[2];
   // Validate the file before creating or locking the cache.
   if (!std::filesystem::is_regular_file(file)) return fail("no such bundle file: " + file);
-  auto st = open_store(args, Store::Mode::kWriter);
-  if (!st) return store_failure(st.status());
   ImportOptions opts;
   opts.overwrite = !args.flag("no-overwrite");
+  auto keys = trusted_keys(args);
+  if (!keys) return fail("trusted keys: " + keys.status().message());
+  opts.trusted_keys = keys.value();
+  if (args.flag("reverify"))
+    opts.checks.reverify = [&](const Record& r) { return reverify_for_import(args, r.key, r.source, r.launch); };
+  auto st = open_store(args, Store::Mode::kWriter);
+  if (!st) return store_failure(st.status());
   auto im = import_bundle(*st.value(), file, opts);
   if (!im) return store_failure(im.status());
   if (args.json) {
-    print_json({{"file", file}, {"imported", im->imported}, {"unchanged", im->unchanged},
-                {"kept", im->kept}, {"rejected", im->rejected}, {"errors", im->errors}}, true);
+    print_json({{"file", file}, {"imported", im->imported}, {"unchanged", im->unchanged}, {"kept", im->kept},
+                {"rejected", im->rejected}, {"reverified", im->reverified}, {"signed_by", im->signed_by},
+                {"errors", im->errors}}, true);
   } else {
-    std::printf("imported %zu records from %s (%zu unchanged, %zu kept, %zu rejected)\n", im->imported,
-                file.c_str(), im->unchanged, im->kept, im->rejected);
+    // One line per refused record, what and why (stderr keeps the one failure line below).
+    for (const auto& e : im->errors) std::printf("refused %s\n", e.c_str());
+    std::printf("imported %zu records from %s (%zu unchanged, %zu kept, %zu rejected%s%s)\n", im->imported,
+                file.c_str(), im->unchanged, im->kept, im->rejected,
+                im->reverified ? (", " + std::to_string(im->reverified) + " verified here").c_str() : "",
+                im->signed_by.empty() ? "" : (", signed by " + im->signed_by.substr(0, 16) + "...").c_str());
   }
   // The good records are stored; a bundle with bad entries is still a failure scripts should see.
   if (im->rejected)
@@ -275,6 +314,19 @@ int cmd_repair(const Args& args) {
 }
 
 }  // namespace
+
+int run_keygen(const Args& args) {
+  if (args.words.size() > 1) return usage_error("keygen: unexpected operand '" + args.words[1] + "'");
+  const std::string dir = args.value("out");
+  if (dir.empty()) return usage_error("keygen needs --out DIR");
+  auto kp = generate_key_pair();
+  if (!kp) return fail(kp.status().message());
+  if (Status s = write_key_pair(dir, "bundle-signing", kp.value()); !s) return fail(s.message());
+  const std::string pub = dir + "/bundle-signing.pub", sec = dir + "/bundle-signing.key";
+  if (args.json) print_json({{"public_key", pub}, {"secret_key", sec}, {"id", to_hex(kp->public_key)}}, true);
+  else std::printf("wrote %s (give it to importers: --trust) and %s (keep it private: --sign)\n", pub.c_str(), sec.c_str());
+  return kExitOk;
+}
 
 int run_cache(const Args& args) {
   if (args.words.size() < 2) return usage_error("cache: missing subcommand (ls, show, rm, stats, export, import, put, repair)");

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/status.h"
+
 namespace kc::cli {
 
 // 0 success; 1 the command failed (missing key, bad file, cache error); 2 the command line is wrong.
@@ -53,5 +55,13 @@ int run_job_check_cmd(const Args& args);
 // verified; otherwise the rejection (or infrastructure error) is reported and its exit code returned.
 int verify_for_put(const Args& args, const std::string& key, const std::string& source,
                    const nlohmann::json& launch, nlohmann::json& verdict);
+
+// `cache import --reverify`: the gauntlet (an evaluation child, as verify runs it) for a bundle's
+// record. The verdict's evidence when verified; kRejected "<stage>: <summary>" when not; another
+// code when the gauntlet could not run (no device, no such op).
+Result<nlohmann::json> reverify_for_import(const Args& args, const std::string& key, const std::string& source,
+                                           const nlohmann::json& launch);
+// `kernelcraft keygen --out DIR`: a bundle-signing key pair (cache_cmds.cpp).
+int run_keygen(const Args& args);
 
 }  // namespace kc::cli

@@ -318,3 +318,25 @@ int verify_for_put(const Args& args, const std::string& key, const std::string& 
 }
 
 }  // namespace kc::cli
+
+namespace kc::cli {
+
+Result<nlohmann::json> reverify_for_import(const Args& args, const std::string& key, const std::string& source,
+                                           const nlohmann::json& launch) {
+  evolve::EvolveOptions o;
+  if (int rc = evolve_options(args, o); rc != kExitOk) return Status::error(Code::kInvalid, "bad options");
+  auto call = evolve::call_from_key(key);
+  if (!call) return Status::error(Code::kInvalid, "cannot verify for this key: " + call.status().message());
+  auto out = verify_calls(args, o, {call.value()}, source, launch);
+  if (!out) return Status::error(out.status().code(), "verify could not run: " + out.status().message());
+  const nlohmann::json& v = out.value();
+  if (!v.value("verified", false))
+    return Status::error(Code::kRejected, v.value("stage", std::string("?")) + ": " + v.value("summary", std::string()));
+  const nlohmann::json& call0 = v["calls"].at(0);
+  // The evidence an evolved record keeps (as cache put --verify stores it).
+  return nlohmann::json{{"stages", call0.value("stages", nlohmann::json::array())},
+                        {"median_ms", call0.value("median_ms", 0.0)},
+                        {"eager_median_ms", call0.value("eager_median_ms", 0.0)}};
+}
+
+}  // namespace kc::cli

@@ -25,9 +25,16 @@ const char kUsage[] =
     "  cache show KEY                       one record (the binary summarised by size and hash)\n"
     "  cache rm KEY                         delete one record\n"
     "  cache stats                          counts by state, backend and op; sizes\n"
-    "  cache export FILE [--op OP] [--match TEXT]\n"
-    "                                       write matching records to a bundle file\n"
-    "  cache import FILE [--no-overwrite]   store a bundle's valid records\n"
+    "  cache export FILE [--op OP] [--match TEXT] [--sign SECRET.key]\n"
+    "                                       write matching records (source, launch spec and a\n"
+    "                                       hash of each binary) to a bundle file, signed if asked\n"
+    "  cache import FILE [--no-overwrite] [--trust PUB|DIR]... [--reverify] [--device N]\n"
+    "                                       rebuild each record here and store it if the build\n"
+    "                                       matches the bundle's hash; a \"verified\" claim needs a\n"
+    "                                       signature by a --trust key (or trusted_keys), or\n"
+    "                                       --reverify (the full gauntlet here)\n"
+    "  keygen --out DIR                     a bundle-signing key pair: DIR/bundle-signing.key\n"
+    "                                       (for --sign) and DIR/bundle-signing.pub (for --trust)\n"
     "  cache repair                         salvage a damaged cache (RocksDB's repair; the old\n"
     "                                       files are kept in repair-backup-*; counts reported)\n"
     "  cache put --key KEY --source FILE --launch SPEC.json [--verify] [--device N]\n"
@@ -56,8 +63,8 @@ const char kUsage[] =
 const std::set<std::string> kValueOptions = {"cache-dir", "op", "match", "key", "source", "launch", "keys",
                                              "shape", "dtype", "args", "backend", "device", "precision",
                                              "mu", "lambda", "generations", "budget-s", "gpu-share", "jobs",
-                                             "idle-s"};
-const std::set<std::string> kSwitches = {"json", "help", "no-overwrite", "verify"};
+                                             "idle-s", "sign", "trust", "out"};
+const std::set<std::string> kSwitches = {"json", "help", "no-overwrite", "verify", "reverify"};
 
 // Fills `out` from argv; returns kExitOk or a usage error (already printed).
 int parse(int argc, char** argv, Args& out) {
@@ -92,7 +99,7 @@ int parse(int argc, char** argv, Args& out) {
       value = argv[++i];
     }
     if (value.empty()) return usage_error("option --" + name + " needs a non-empty value");
-    if (name == "shape" && out.values.count(name)) {   // repeatable: shapes accumulate
+    if ((name == "shape" || name == "trust") && out.values.count(name)) {   // repeatable: they accumulate
       out.values[name] += ";" + value;
       continue;
     }
@@ -150,8 +157,9 @@ int check_options(const Args& args) {
       {"show", {}},
       {"rm", {}},
       {"stats", {}},
-      {"export", {"op", "match"}},
-      {"import", {"no-overwrite"}},
+      {"export", {"op", "match", "sign"}},
+      {"import", {"no-overwrite", "trust", "reverify", "device"}},
+      {"keygen", {"out"}},
       {"repair", {}},
       {"put", {"key", "source", "launch", "verify", "device"}},
       {"worker", {"jobs", "idle-s", "gpu-share"}},
@@ -185,6 +193,7 @@ int run(int argc, char** argv) {
   if (cmd == "ops") return run_ops(args);
   if (cmd == "targets") return run_targets(args);
   if (cmd == "cache") return run_cache(args);
+  if (cmd == "keygen") return run_keygen(args);
   if (cmd == "worker") return run_worker_cmd(args);
   if (cmd == "evolve") return run_evolve_cmd(args);
   if (cmd == "verify") return run_verify_cmd(args);
