@@ -6,6 +6,7 @@
 // candidate that reaches the socket gains nothing: a compile of its own source, or a sanitizer run
 // under the same sandbox. The broker exits when the child closes the socket or dies.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
