@@ -250,6 +250,8 @@ def test_verify_rejects_a_hostile_kernel(tmp_path):
     env.pop("KERNELCRAFT_EVOLVE_SANDBOX", None)
     r = subprocess.run([CLI, "verify", "--op", "relu", "--shape", "1000x33", "--source", str(src), "--launch",
                         str(launch), "--backend", "cpu", "--json"], capture_output=True, text=True, timeout=300, env=env)
+    if "evaluation sandbox:" in r.stderr and "resource limits only" in r.stderr:
+        pytest.skip("no seccomp filter here: " + r.stderr.strip().splitlines()[0])
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert json.loads(r.stdout)["calls"][0]["stage"] in ("sandbox",), r.stdout[-2000:]
     assert not target.exists()
