@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "evolve/broker.h"
 #include "evolve/gauntlet_impl.h"
+#include "evolve/sandbox.h"
 #include "evolve/sanitizers.h"
 #include "evolve/static_check.h"
 #include "runtime/binary_check.h"
@@ -27,6 +29,8 @@ nlohmann::json Verdict::to_json() const {
 }
 
 const Stage* Verdict::rejection() const {
+  for (const auto& s : stages)   // a sandbox rejection follows the stage it interrupted
+    if (!stage.empty() && s.name == stage && s.outcome == "rejected") return &s;
   for (const auto& s : stages)
     if (s.outcome == "rejected") return &s;
   return nullptr;
@@ -63,7 +67,9 @@ bool Gauntlet::sanitize(Verdict& v, const std::string& source, const std::string
     at::Tensor h = t.as_strided({n / static_cast<int64_t>(t.element_size())}, {1}).cpu();
     run.inputs.emplace_back(static_cast<const char*>(h.data_ptr()), static_cast<size_t>(n));
   }
-  v.stages.push_back(run_sanitizers(run, m.opt));
+  // The runner sandboxes itself; a sandboxed child has its broker start it.
+  v.stages.push_back(m.opt.broker ? m.opt.broker->sanitize(run) : run_sanitizers(run, m.opt));
+  if (m.opt.broker && m.opt.broker->broken()) m.lost = true;
   if (v.stages.back().outcome != "rejected") return true;
   v.stage = "sanitizer";
   return false;
@@ -89,6 +95,15 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     return v;
   };
   const OpCall& c = m.call;
+  // A system call the sandbox denied rejects the candidate whatever it computed: the call did not
+  // happen, but the kernel tried what no kernel needs. Checked after each stage that ran it.
+  take_sandbox_violation();   // what an earlier candidate's leftover thread did is not this one's
+  auto sandboxed = [&]() -> bool {
+    auto viol = take_sandbox_violation();
+    if (!viol) return false;
+    reject(stage("sandbox"), "the kernel attempted a forbidden system call: " + viol->name + " (denied)", viol->to_json());
+    return true;
+  };
 
   // -- static
   {
@@ -105,7 +120,10 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   {
     auto t0 = Clock::now();
     Stage& s = stage("compile");
-    auto out = m.be->compile(source);
+    // CPU: the host compiler is a process, which a sandboxed child asks its broker to start.
+    const bool brokered = m.opt.broker && !m.cuda();
+    auto out = brokered ? m.opt.broker->compile(source) : m.be->compile(source);
+    if (brokered && m.opt.broker->broken()) m.lost = true;
     s.millis = ms_since(t0);
     if (!out) {
       std::string msg = out.status().message();
@@ -147,6 +165,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     if (!ld) return reject(s, ld.status().message());
     launcher = std::move(ld.value());
   }
+  if (sandboxed()) return v;   // load-time code (constructors) ran
 
   if (mode == "sanitize") {   // a crash's replay: the sanitizer alone on the set it died on
     InputSet tmp;
@@ -217,6 +236,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
       const InputSet& set = *got.value();
       if (!check_set(set, s, set.name == "normal" ? m.opt.repeats : 1)) {
         s.millis = ms_since(t0);
+        sandboxed();
         return v;
       }
       nlohmann::json b = nlohmann::json::array();
@@ -226,6 +246,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     s.evidence["sets"] = sets;
     s.millis = ms_since(t0);
     s.summary = std::to_string(m.sets.size()) + " input sets within budget";
+    if (sandboxed()) return v;
   } catch (const std::exception& e) {
     Stage& s = v.stages.back();
     m.sync().ignore();
@@ -320,10 +341,12 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     fresh.eager_err = normal->eager_err;
     if (!check_set(fresh, s, 2) || !check_set(*normal, s, 1)) {
       s.millis = ms_since(t0);
+      sandboxed();
       return v;
     }
     s.millis = ms_since(t0);
     s.summary = std::to_string(extra) + " extra calls, then fresh inputs within budget";
+    if (sandboxed()) return v;   // timing's calls included
   } catch (const std::exception& e) {
     m.sync().ignore();
     return reject(v.stages.back(), std::string("exception: ") + e.what());

@@ -16,10 +16,12 @@
 //   timing     candidate and eager, same inputs, L2 flushed, events, medians (runtime/timing.h);
 //              in full mode interleaved, pair by pair, so both see the same machine
 //   recheck    (after timing, i.e. after hundreds of calls) fresh inputs again: state drift, caches
+//   sandbox    (only when rejected) the candidate made a system call the sandbox denied (sandbox.h)
 //   sanitizer  ("full" mode) compute-sanitizer memcheck, racecheck, initcheck, synccheck on the
 //              candidate in a child with exact-size buffers (CPU: AddressSanitizer)
 #pragma once
 #include <functional>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +36,7 @@
 namespace kc::evolve {
 
 struct InputSet;   // numerics.h
+class Broker;
 
 struct GauntletOptions {
   int repeats = 3;                    // calls on the normal set compared with each other
@@ -49,6 +52,10 @@ struct GauntletOptions {
   // ({"stage", "set", "call"}): the evaluation child reports it, so that a candidate that kills
   // the process is blamed with the stage, input set and call it died in.
   std::function<void(const nlohmann::json&)> progress;
+  int64_t sanitizer_rss_mb = 0;       // the CPU runner's resident-memory limit (AddressSanitizer's; 0: none)
+  // A sandboxed child's broker (broker.h; not owned): CPU compiles and the sanitizer stage run
+  // there, since the child may not start processes. nullptr: both run in this process.
+  Broker* broker = nullptr;
 };
 
 struct Stage {
@@ -86,7 +93,8 @@ class Gauntlet {
   // Eager's time on the normal input set (measured once, on first use).
   Result<Timing> eager_timing();
   const OpCall& call() const;
-  // True after a device fault: the CUDA context is unusable and the process must exit.
+  // True after a device fault (the CUDA context is unusable) or once the broker is gone: the
+  // process must exit.
   bool context_lost() const;
   // The input sets' names, for reports.
   std::vector<std::string> set_names() const;

@@ -3,7 +3,10 @@
 // any access past a tensor's end. Torch-free on purpose: it starts fast under the sanitizers and
 // has no caching allocator that would hide out-of-bounds accesses inside a larger block.
 // Bundle (written by the gauntlet): call.json, launch.json, kernel.bin, in<k>.bin per input.
-// Exit: 0 ran cleanly; 3 the launch or the device reported an error; 2 a bad bundle.
+// Held to the evaluation child's rules: the sandbox (evolve/sandbox.h) closes after the bundle is
+// read and before the candidate is loaded.
+// Exit: 0 ran cleanly; 3 the launch or the device reported an error; 2 a bad bundle; 4 the
+// candidate made a system call the sandbox denied.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +16,8 @@
 #include <vector>
 
 #include "evolve/op_call.h"
+#include "evolve/sandbox.h"
+#include "runtime/config.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_backend.h"
@@ -40,6 +45,23 @@ struct AlignedBuffer {
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 };
 
+// Closes the sandbox for a candidate of this backend; says so on stderr when the filter is missing.
+void sandbox_self(bool cuda) {
+  kc::evolve::SandboxPolicy p =
+      kc::evolve::sandbox_policy(kc::load_config().evolve_sandbox, cuda, kc::evolve::kRunnerCpuSeconds);
+  if (kc::Status s = kc::evolve::apply_sandbox(p); !s)
+    std::fprintf(stderr, "kernelcraft-sanitize: sandbox: %s; resource limits only\n", s.message().c_str());
+}
+
+// Exit 4 when the candidate tried something the sandbox denied (the call itself did not happen).
+int check_sandbox(int code_otherwise) {
+  auto v = kc::evolve::take_sandbox_violation();
+  if (!v) return code_otherwise;
+  std::fprintf(stderr, "kernelcraft-sanitize: ERROR: sandbox: the kernel attempted a forbidden system call: %s (%lld times, denied)\n",
+               v->name.c_str(), static_cast<long long>(v->attempts));
+  return 4;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,10 +84,12 @@ int main(int argc, char** argv) {
   const bool cuda = call.value().backend == "cuda";
   const size_t ninputs = call.value().inputs.size();
 
+  sandbox_self(cuda);
   if (!cuda) {
     // An AddressSanitizer build: its instrumentation imports __asan_* and has a module constructor.
     auto ld = kc::cpu_load(binary, rs.value(), kc::BinaryPolicy::kSanitizerBuild);
-    if (!ld) return fail(3, ld.status().to_string());
+    if (!ld) return check_sandbox(fail(3, ld.status().to_string()));
+    if (int rc = check_sandbox(0); rc != 0) return rc;   // load-time code (constructors) ran
     std::vector<std::unique_ptr<AlignedBuffer>> bufs;
     std::vector<void*> ptrs;
     for (size_t k = 0; k < b.tensors.size(); ++k) {
@@ -91,7 +115,8 @@ int main(int argc, char** argv) {
       ptrs.push_back(bufs.back()->data);
     }
     kc::Status st = ld.value()->run(ptrs.data(), kc::ExecContext{});
-    if (!st) return fail(3, st.to_string());
+    if (!st) return check_sandbox(fail(3, st.to_string()));
+    if (int rc = check_sandbox(0); rc != 0) return rc;
     std::printf("ok\n");
     return 0;
   }

@@ -137,7 +137,11 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
         s.outcome = "skipped";
         s.summary = "no AddressSanitizer runtime (libasan.so) for the host compiler";
       }
-      env = {"ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0:verify_asan_link_order=0", "LD_PRELOAD=" + rt};
+      // ASan reserves terabytes of shadow, so no address-space cap fits the runner; its own limit on
+      // resident memory bounds a kernel that allocates too much.
+      std::string asan = "ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0:verify_asan_link_order=0";
+      if (opt.sanitizer_rss_mb > 0) asan += ":hard_rss_limit_mb=" + std::to_string(opt.sanitizer_rss_mb);
+      env = {asan, "LD_PRELOAD=" + rt};
       runs.push_back({opt.sanitize_exe, dir});
     }
   }

@@ -15,6 +15,7 @@
 #include "kernel_cache/store.h"
 #include "evolve/child_session.h"
 #include "evolve/memory_cap.h"
+#include "evolve/sandbox.h"
 #include "evolve/static_check.h"
 #include "runtime/fsutil.h"
 #include "runtime/log.h"
@@ -231,7 +232,10 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     say(why);
     return res;
   }
-  std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device)};
+  // The child lives for the search and the promotion's full runs: its CPU-time bound (sandbox.h).
+  const double lifetime_s = o.search.key_budget_s + o.max_promote_tries * o.candidate_timeout_s;
+  std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device), "--cpu-limit-s",
+                                   std::to_string(sandbox_cpu_seconds(lifetime_s))};
   if (mem_cap > 0 && call.value().backend == "cpu")
     argv.insert(argv.end(), {"--address-space-mb", std::to_string(mem_cap >> 20)});
   std::string call_file;
@@ -386,9 +390,15 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
     return nlohmann::json{{"verified", false}, {"stage", "static"},
                           {"stages", {{{"name", "static"}, {"outcome", "rejected"}, {"summary", rep.first_error()},
                                        {"evidence", rep.to_json()}, {"millis", 0}}}}};
+  const int64_t mem_cap = eval_memory_cap(o.memory_share);
+  if (std::string why = memory_refusal(call.value(), mem_cap); !why.empty()) return Status::error(Code::kUnavailable, why);
   std::string file = temp_call_file(call.value());
   RemoveAtScopeEnd remove_file(file);   // kept while the session lives: a crash's replay restarts the child
-  ChildSession child({o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file}, o);
+  std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file,
+                                   "--cpu-limit-s", std::to_string(sandbox_cpu_seconds(o.candidate_timeout_s))};
+  if (mem_cap > 0 && call.value().backend == "cpu")
+    argv.insert(argv.end(), {"--address-space-mb", std::to_string(mem_cap >> 20)});
+  ChildSession child(argv, o);
   if (Status s = child.ensure(); !s) return s;
   return child.evaluate("verify", source, launch, "full");
 }

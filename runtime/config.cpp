@@ -21,6 +21,8 @@ const std::vector<ConfigField>& config_fields() {
        "allow a cache directory owned by another user or writable by group/others (default: private, 0700)"},
       {"evolve_memory_share", "KERNELCRAFT_EVOLVE_MEMORY_SHARE",
        "CPU evaluation child's memory cap as a fraction of available memory (0..1; 0: no cap)"},
+      {"evolve_sandbox", "KERNELCRAFT_EVOLVE_SANDBOX",
+       "evaluation sandbox: cpu (syscall filter for CPU candidates, limits for all) | all (CUDA too) | off"},
       {"serve_unverified", "KERNELCRAFT_SERVE_UNVERIFIED",
        "also serve kernels stored by hand without verification (cache put, put_kernel)"},
       {"miss_log", "KERNELCRAFT_MISS_LOG", "file to which each newly missed key is appended (pre-warming)"},
@@ -82,6 +84,21 @@ bool valid_level(const std::string& l) {
 
 }  // namespace
 
+const char* to_string(EvolveSandbox m) {
+  switch (m) {
+    case EvolveSandbox::kOff: return "off";
+    case EvolveSandbox::kCpu: return "cpu";
+    case EvolveSandbox::kAll: return "all";
+  }
+  return "cpu";
+}
+
+std::optional<EvolveSandbox> parse_evolve_sandbox(const std::string& s) {
+  for (EvolveSandbox m : {EvolveSandbox::kOff, EvolveSandbox::kCpu, EvolveSandbox::kAll})
+    if (s == to_string(m)) return m;
+  return std::nullopt;
+}
+
 Result<std::vector<std::string>> parse_op_list(const std::string& text) {
   std::vector<std::string> items = split(text, ',');
   std::vector<std::string> out;
@@ -133,6 +150,11 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       else if (k == "cache_readonly") n.cache_readonly = v.get<bool>();
       else if (k == "cache_shared") n.cache_shared = v.get<bool>();
       else if (k == "evolve_memory_share") n.evolve_memory_share = std::clamp(v.get<double>(), 0.0, 1.0);
+      else if (k == "evolve_sandbox") {
+        auto m = parse_evolve_sandbox(v.get<std::string>());
+        if (!m) return Status::error(Code::kInvalid, "evolve_sandbox must be off, cpu or all");
+        n.evolve_sandbox = *m;
+      }
       else if (k == "miss_log") n.miss_log = v.get<std::string>();
       else if (k == "trusted_keys") n.trusted_keys = v.get<std::string>();
       else if (k == "serve_unverified") n.serve_unverified = v.get<bool>();
@@ -177,7 +199,7 @@ Status apply_json(Config& c, const nlohmann::json& j) {
 nlohmann::json to_json(const Config& c) {
   return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
           {"cache_readonly", c.cache_readonly}, {"cache_shared", c.cache_shared},
-          {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"trusted_keys", c.trusted_keys}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
+          {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"trusted_keys", c.trusted_keys}, {"evolve_sandbox", to_string(c.evolve_sandbox)}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
           {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls}, {"evolve_nice", c.evolve_nice},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
@@ -217,6 +239,10 @@ Config load_config() {
   if (const char* v = env("KERNELCRAFT_CACHE_SHARED")) c.cache_shared = truthy(v);
   if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
   if (const char* v = env("KERNELCRAFT_TRUSTED_KEYS")) c.trusted_keys = v;
+  if (const char* v = env("KERNELCRAFT_EVOLVE_SANDBOX")) {
+    if (auto m = parse_evolve_sandbox(v)) c.evolve_sandbox = *m;
+    else log_once(LogLevel::kWarn, "config-sandbox", std::string("KERNELCRAFT_EVOLVE_SANDBOX=") + v + " is not off|cpu|all; using " + to_string(c.evolve_sandbox));
+  }
   if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
   if (const char* v = env("KERNELCRAFT_LLM_API")) {
     if (valid_llm_api(v)) c.llm_api = v;

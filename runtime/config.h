@@ -2,6 +2,7 @@
 // Sources, later overriding earlier: defaults < JSON file named by KERNELCRAFT_CONFIG < environment
 // < torch.ops.kernelcraft.configure(json) at run time. README.md ("Configuration") lists them.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,14 @@
 #include "runtime/status.h"
 
 namespace kc {
+
+// How the evaluation children are sandboxed (evolve/sandbox.h): not at all (for debugging), the
+// syscall filter for CPU candidates and resource limits for all (the default), or the filter's
+// CUDA variant for CUDA candidates too (to be checked on each GPU machine first).
+enum class EvolveSandbox { kOff, kCpu, kAll };
+const char* to_string(EvolveSandbox m);
+// "off" | "cpu" | "all"; nullopt for anything else.
+std::optional<EvolveSandbox> parse_evolve_sandbox(const std::string& s);
 
 struct Config {
   bool enabled = true;                 // KERNELCRAFT_DISABLE=1 / "enabled": global on/off switch
@@ -22,6 +31,8 @@ struct Config {
   double evolve_memory_share = 0.5;    // KERNELCRAFT_EVOLVE_MEMORY_SHARE / "evolve_memory_share": the
                                        // CPU evaluation child's address-space cap, as a fraction of
                                        // the memory available when it starts (0: no cap)
+  EvolveSandbox evolve_sandbox = EvolveSandbox::kCpu;  // KERNELCRAFT_EVOLVE_SANDBOX / "evolve_sandbox":
+                                       // off | cpu | all (evolve/sandbox.h)
   std::string miss_log;                // KERNELCRAFT_MISS_LOG / "miss_log": append missed keys here
   std::string trusted_keys;            // KERNELCRAFT_TRUSTED_KEYS / "trusted_keys": bundle-signing
                                        // public keys (.pub files or directories, comma-separated);

@@ -6,11 +6,12 @@
 #   scripts/make-device-sysroot.sh [DEST]          DEST defaults to .device-deps (git-ignored)
 #
 # What goes in: Debian's RocksDB 7.8 (headers, shared library and its gflags/snappy runtime),
-# nlohmann/json, curl's headers, GoogleTest, and libelf, capstone and libsodium (headers and
-# shared libraries: the CPU binary check and bundle hashing/signing). What is left out on purpose: libcurl's runtime
-# (the GPU machine's own libcurl.so.4 is used; Debian's needs libraries that machine lacks), the
-# static librocksdb.a (large, unused), and docs/man pages. lz4, zstd, zlib and bz2 come from the
-# GPU machine itself.
+# nlohmann/json, curl's headers, GoogleTest, libelf, capstone and libsodium (headers and shared
+# libraries: the CPU binary check and bundle hashing/signing) and libseccomp (header and runtime:
+# the evaluation sandbox dlopens libseccomp.so.2, found through LD_LIBRARY_PATH). What is left out
+# on purpose: libcurl's runtime (the GPU machine's own libcurl.so.4 is used; Debian's needs
+# libraries that machine lacks), the static librocksdb.a (large, unused), and docs/man pages. lz4,
+# zstd, zlib and bz2 come from the GPU machine itself.
 #
 # On the GPU machine scripts/device_run.sh uses DEST as it is: it adds
 # DEST/usr/lib/x86_64-linux-gnu to LD_LIBRARY_PATH and passes -DCMAKE_PREFIX_PATH=DEST/usr to CMake.
@@ -19,7 +20,7 @@ set -euo pipefail
 DEST=${1:-.device-deps}
 PACKAGES=(librocksdb-dev librocksdb7.8 libgflags2.2 libsnappy1v5 nlohmann-json3-dev
           libcurl4-openssl-dev libgtest-dev libelf-dev libelf1 libcapstone-dev libcapstone4
-          libsodium-dev libsodium23)
+          libsodium-dev libsodium23 libseccomp-dev libseccomp2)
 
 die() { echo "make-device-sysroot: $*" >&2; exit 1; }
 command -v apt-get >/dev/null && command -v dpkg >/dev/null || die "needs a Debian machine (apt-get, dpkg)"
@@ -46,7 +47,7 @@ rm -rf "$DEST/usr/share/doc" "$DEST/usr/share/man"
 
 [ -f "$DEST/usr/include/rocksdb/db.h" ] || die "rocksdb headers missing from $DEST"
 [ -f "$DEST/usr/include/nlohmann/json.hpp" ] || die "nlohmann/json missing from $DEST"
-for h in gelf.h capstone/capstone.h sodium.h; do
+for h in gelf.h capstone/capstone.h sodium.h seccomp.h; do
   [ -f "$DEST/usr/include/$h" ] || die "$h missing from $DEST"
 done
 echo "$DEST: $(du -sh "$DEST" | cut -f1) ($(ls "$work"/*.deb | wc -l) packages)"

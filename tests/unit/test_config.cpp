@@ -60,6 +60,19 @@ TEST(Config, FileThenEnvironment) {
   EXPECT_EQ(c.policy, "tf32");
 }
 
+TEST(Config, EvolveSandboxIsOnByDefaultAndTakesThreeValues) {
+  Config c;
+  EXPECT_EQ(c.evolve_sandbox, EvolveSandbox::kCpu);
+  EXPECT_EQ(to_json(c)["evolve_sandbox"], "cpu");
+  ASSERT_TRUE(apply_json(c, {{"evolve_sandbox", "off"}}).is_ok());
+  EXPECT_EQ(c.evolve_sandbox, EvolveSandbox::kOff);
+  EXPECT_EQ(apply_json(c, {{"evolve_sandbox", "none"}}).code(), Code::kInvalid);
+  EXPECT_EQ(c.evolve_sandbox, EvolveSandbox::kOff);
+  setenv("KERNELCRAFT_EVOLVE_SANDBOX", "all", 1);
+  EXPECT_EQ(load_config().evolve_sandbox, EvolveSandbox::kAll);
+  unsetenv("KERNELCRAFT_EVOLVE_SANDBOX");
+}
+
 TEST(Config, EveryFieldIsDocumented) {
   Config c;
   auto j = to_json(c);
