@@ -169,13 +169,6 @@ Result<Candidate> propose_with_llm(Search& search, const OpCall& call, double ea
   return search.add_proposal(p.value().source, p.value().launch, parents);
 }
 
-// The disabled record's kernel, as stored (make_manual_record stores the launch spec normalised).
-bool is_disabled_kernel(const Record& disabled, const std::string& source, const nlohmann::json& launch) {
-  if (disabled.source != source) return false;
-  auto spec = parse_launch_spec(launch);
-  return spec && to_json(spec.value()) == disabled.launch;
-}
-
 SearchProgress progress_of(const Search& search, double eager_ms) {
   SearchProgress p;
   p.generation = search.state().generation;
@@ -188,6 +181,12 @@ SearchProgress progress_of(const Search& search, double eager_ms) {
 }
 
 }  // namespace
+
+bool is_recorded_kernel(const Record& r, const std::string& source, const nlohmann::json& launch) {
+  if (r.source != source) return false;
+  auto spec = parse_launch_spec(launch);   // records hold the spec normalised (make_manual_record)
+  return spec && to_json(spec.value()) == r.launch;
+}
 
 void record_verdict_facts(Record& r, const nlohmann::json& verdict) {
   auto stages = verdict.find("stages");
@@ -349,7 +348,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     if (!(e.median_ms > 0 && e.median_ms < res.eager_ms * (1 - o.min_gain))) break;
     auto cand = search.render(e.family, e.knobs);
     if (!cand) continue;
-    if (disabled && is_disabled_kernel(*disabled, cand.value().source, cand.value().launch)) {
+    if (disabled && is_recorded_kernel(*disabled, cand.value().source, cand.value().launch)) {
       say("not promoting " + e.id + ": it is the kernel the live check disabled for this key");
       attempts.push_back({{"id", e.id}, {"stage", "disabled"}, {"why", "the kernel disabled by the live check"}});
       continue;

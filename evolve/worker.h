@@ -74,6 +74,10 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
 // verdict has no numerics evidence.
 void record_verdict_facts(Record& r, const nlohmann::json& verdict);
 
+// True when `source` with `launch` is the kernel stored in `r` (the worker never promotes the kernel
+// of a record the live check disabled). Compares the launch spec as the record holds it, normalised.
+bool is_recorded_kernel(const Record& r, const std::string& source, const nlohmann::json& launch);
+
 // What the worker checks before it runs a job: the key names a call we can search and the
 // settings validate (apply_evolve_json). The job's options, or why it is rejected.
 Result<EvolveOptions> job_options(const EvolveOptions& base, const Job& job);

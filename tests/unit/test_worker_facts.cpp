@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "evolve/worker.h"
+#include "runtime/launch_spec.h"
 
 namespace kc::evolve {
 namespace {
@@ -41,6 +42,23 @@ TEST(RecordVerdictFacts, NoNumericsEvidenceLeavesTheRecordAlone) {
   rejected["stages"][1]["outcome"] = "rejected";
   record_verdict_facts(r, rejected);
   EXPECT_EQ(r.determinism, Determinism::kUnknown);
+}
+
+TEST(IsRecordedKernel, TheDisabledKernelIsRecognisedWhateverTheSpecsSpelling) {
+  const std::string src = "extern \"C\" void k(const kc_cpu_ctx*, void* const*) {}\n";
+  const json launch = {{"version", 1},
+                       {"launches", {{{"entry", "k"}, {"grid", {"ceil_div(numel(self), 256)", 1, 1}}, {"block", {256, 1, 1}},
+                                      {"args", {"ptr:out0", "ptr:self"}}}}}};
+  auto spec = parse_launch_spec(launch);
+  ASSERT_TRUE(spec) << spec.status().to_string();
+  Record r;
+  r.source = src;
+  r.launch = to_json(spec.value());   // as make_manual_record stores it
+  EXPECT_TRUE(is_recorded_kernel(r, src, launch));
+  EXPECT_FALSE(is_recorded_kernel(r, src + " ", launch));
+  json other = launch;
+  other["launches"][0]["block"] = {128, 1, 1};
+  EXPECT_FALSE(is_recorded_kernel(r, src, other));
 }
 
 }  // namespace
