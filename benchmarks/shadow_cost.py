@@ -1,9 +1,12 @@
-"""What the live check (dispatcher/shadow.h) costs a training loop: examples/train_block.py with
-served kernels, the live check at its defaults (shadow_calls=4, shadow_every=1000) against the
-live check off, runs alternating so that load drifts hit both alike.
+"""What the live check (dispatcher/shadow.h) costs a training loop with served kernels: the live
+check at its defaults (shadow_calls=4, shadow_every=1000) against the live check off, runs
+alternating so that load drifts hit both alike. Two loops: --example train_block (the training
+example, examples/train_block.py) or --example layernorm (the quickstart's model: a layer norm
+trained with SGD, 262144 rows of 8 on the CPU, one row of 4M on a GPU, where evolution is known to
+find a kernel that beats eager).
 
-    python3 benchmarks/shadow_cost.py --lib build/torch_ops/libkernelcraft.so [--cache DIR]
-        [--prepare-wait 900] [--rounds 5] [--steps 60] [-- train_block.py shape arguments]
+    python3 benchmarks/shadow_cost.py --lib build/torch_ops/libkernelcraft.so [--example E]
+        [--cache DIR] [--prepare-wait 900] [--rounds 5] [--steps 60] [-- train_block.py shape arguments]
 
 Without --cache it first fills a fresh cache: one train_block run that misses, lets the worker
 search (a short search: one generation of four) and waits up to --prepare-wait seconds for it.
@@ -27,10 +30,45 @@ import tempfile
 HERE = pathlib.Path(__file__).resolve().parent.parent
 TRAIN = HERE / "examples" / "train_block.py"
 
+# The quickstart's model and step (examples/quickstart.py), with train_block's command line and output.
+LAYERNORM = r"""
+import argparse, json, time, torch, torch.nn.functional as F
+ap = argparse.ArgumentParser()
+for o in ("--mode", "--lib", "--out"): ap.add_argument(o, default="")
+ap.add_argument("--steps", type=int, default=60); ap.add_argument("--warmup-steps", type=int, default=3)
+ap.add_argument("--wait", type=float, default=0)
+a, _ = ap.parse_known_args()
+torch.ops.load_library(a.lib)
+kc = torch.ops.kernelcraft
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+shape = (1, 1 << 22) if dev == "cuda" else (1 << 18, 8)
+torch.manual_seed(0)
+norm = torch.nn.LayerNorm(shape[1]).to(dev)
+opt = torch.optim.SGD(norm.parameters(), lr=1e-3)
+x = torch.randn(*shape, device=dev) * 2 + 0.5
+target = torch.randn(*shape, device=dev)
+def sync():
+    if dev == "cuda": torch.cuda.synchronize()
+times = []
+for i in range(a.steps):
+    if i == a.warmup_steps and a.wait > 0:
+        kc.wait_for_evolution(a.wait)
+        time.sleep(1.0)   # the next catch-up finds the new records
+    sync(); t = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    F.mse_loss(norm(x), target).backward()
+    opt.step()
+    sync(); times.append(time.perf_counter() - t)
+tail = times[len(times) // 2:]
+json.dump({"step_s": times, "median_step_ms_second_half": 1e3 * sorted(tail)[len(tail) // 2],
+           "status": json.loads(kc.status())}, open(a.out, "w"))
+"""
 
-def run(lib, cache, steps, extra, env_over, out):
+
+def run(lib, cache, steps, extra, env_over, out, example="train_block"):
     env = dict(os.environ, KERNELCRAFT_CACHE_DIR=str(cache), KERNELCRAFT_LOG_LEVEL="warn", **env_over)
-    cmd = [sys.executable, str(TRAIN), "--mode", "kernelcraft", "--lib", lib, "--steps", str(steps),
+    prog = [str(TRAIN)] if example == "train_block" else ["-c", LAYERNORM]
+    cmd = [sys.executable, *prog, "--mode", "kernelcraft", "--lib", lib, "--steps", str(steps),
            "--out", str(out), *extra]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
@@ -41,6 +79,7 @@ def run(lib, cache, steps, extra, env_over, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True)
+    ap.add_argument("--example", choices=["train_block", "layernorm"], default="train_block")
     ap.add_argument("--cache", default="")
     ap.add_argument("--prepare-wait", type=float, default=900)
     ap.add_argument("--rounds", type=int, default=5)
@@ -51,10 +90,10 @@ def main():
     work = pathlib.Path(tempfile.mkdtemp(prefix="kc-shadow-cost-"))
     cache = pathlib.Path(a.cache) if a.cache else work / "cache"
     if not a.cache:
-        print(f"preparing {cache}: a short search for train_block's keys (up to {a.prepare_wait:.0f} s)", flush=True)
+        print(f"preparing {cache}: a short search for {a.example}'s keys (up to {a.prepare_wait:.0f} s)", flush=True)
         run(a.lib, cache, 5, a.train_args + ["--warmup-steps", "2", "--wait", str(a.prepare_wait)],
             {"KERNELCRAFT_EVOLVE_GENERATIONS": "1", "KERNELCRAFT_EVOLVE_LAMBDA": "4",
-             "KERNELCRAFT_EVOLVE_GPU_SHARE": "1", "KERNELCRAFT_EVOLVE_NICE": "0"}, work / "prepare.json")
+             "KERNELCRAFT_EVOLVE_GPU_SHARE": "1", "KERNELCRAFT_EVOLVE_NICE": "0"}, work / "prepare.json", a.example)
 
     modes = {"off": {"KERNELCRAFT_SHADOW_CALLS": "0", "KERNELCRAFT_SHADOW_EVERY": "0"},
              "defaults": {"KERNELCRAFT_SHADOW_CALLS": "", "KERNELCRAFT_SHADOW_EVERY": ""}}
@@ -63,7 +102,7 @@ def main():
     for r in range(a.rounds):
         order = list(modes) if r % 2 == 0 else list(modes)[::-1]
         for m in order:
-            j = run(a.lib, cache, a.steps, a.train_args, {**base, **modes[m]}, work / f"{m}-{r}.json")
+            j = run(a.lib, cache, a.steps, a.train_args, {**base, **modes[m]}, work / f"{m}-{r}.json", a.example)
             tot = j["status"]["total"]
             res[m]["total_s"].append(sum(j["step_s"]))
             res[m]["steady_ms"].append(j["median_step_ms_second_half"])
@@ -81,7 +120,7 @@ def main():
     off, on = summary["off"], summary["defaults"]
     summary["overhead_total_pct"] = 100 * (on["total_s_median"] / off["total_s_median"] - 1)
     summary["overhead_steady_pct"] = 100 * (on["steady_ms_median"] / off["steady_ms_median"] - 1)
-    summary["rounds"], summary["steps"], summary["train_args"] = a.rounds, a.steps, a.train_args
+    summary["example"], summary["rounds"], summary["steps"], summary["train_args"] = a.example, a.rounds, a.steps, a.train_args
     if on["hits"] == 0:
         summary["note"] = "nothing was served from this cache: the live check had nothing to check"
     print(json.dumps(summary, indent=1))

@@ -255,7 +255,12 @@ void Call::probe(std::vector<at::Tensor>& outs, const std::function<Status()>& e
 bool Call::shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs) {
   std::shared_ptr<LoadedKernel> k = std::move(checking_);
   OpCounters& c = State::get().counters(op_);
-  Status s = launch(*k, outs);
+  Status s = Status::ok();
+  try {   // eager's result is in hand: an allocation failure here must not reach the caller
+    s = launch(*k, outs);
+  } catch (const std::exception& e) {
+    s = Status::error(Code::kLaunchError, std::string("live check: ") + e.what());
+  }
   if (!s) {
     State::get().table().disable(key_, s.to_string());
     c.fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -300,7 +305,7 @@ bool Call::judge_shadow(const LoadedKernel& k, const std::vector<at::Tensor>& ou
   }
   char why[256];
   std::snprintf(why, sizeof why, "live check: out%d differs from eager (%s: error %.3g, budget %.3g, at flat index %lld: "
-                "eager %.9g, kernel %.9g); disabled in the cache",
+                "eager %.9g, kernel %.9g); disabling it in the cache",
                 v.output, v.check.c_str(), v.error, v.budget, static_cast<long long>(v.index), v.expected, v.actual);
   st.table().disable(key_, why);   // this process: at once, and logged once
   if (!st.config().cache_readonly) disable_in_cache(st.table().dir(), k.record, std::move(evidence));
