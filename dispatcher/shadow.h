@@ -35,7 +35,8 @@ struct ShadowVerdict {
 };
 
 // Compares the kernel's outputs with eager's, output by output, on their device (one host sync per
-// output: only checked calls pay it). Error per element: |kernel - eager| / (|eager| + tau), tau a
+// output, after a cheap upper bound of the error in a few passes; the exact measure below runs only
+// where that bound is over the budget or not finite; only checked calls pay any of it). Error per element: |kernel - eager| / (|eager| + tau), tau a
 // tenth of the rms of eager's finite values, the gauntlet's mixed measure with eager in place of
 // the fp64 reference it has not got here; a non-finite value that eager does not have (or of
 // another kind) counts as an infinite error. Within live_budget(record, j) matches. Neither side

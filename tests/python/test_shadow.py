@@ -186,3 +186,30 @@ print(json.dumps(json.loads(torch.ops.kernelcraft.status())["shadow"]))
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout.strip().splitlines()[-1])
     assert (s["calls"], s["every"]) == (0, 0)
+
+
+def test_non_finite_values_count_where_eager_has_none_and_match_where_it_has_the_same(fresh_cache):
+    shadow(0, 1)
+    try:
+        x = torch.randn(623, 29)
+        x[0, 0], x[1, 1], x[2, 2] = float("inf"), float("-inf"), float("nan")
+        key = miss_key(x)
+        kc.put_kernel(key, kernel_source("relu_cpu.cpp"), RELU_SPEC)   # the exact relu: inf, 0, nan as eager
+        torch.relu(x)   # loads
+        kc.reset_counters()
+        y = torch.relu(x)
+        c = status()["ops"]["relu"]
+        assert c["hits"] == 1 and c["shadow_mismatches"] == 0, c
+        assert torch.equal(y.nan_to_num(), x.clamp_min(0).nan_to_num())
+
+        z = torch.randn(627, 29)
+        key = miss_key(z)
+        nan_for_one = kernel_source("relu_cpu.cpp").replace("out[i] = ", "out[i] = i == 77 ? NAN : ")
+        kc.put_kernel(key, nan_for_one, RELU_SPEC)
+        torch.relu(z)   # loads
+        kc.reset_counters()
+        assert torch.equal(torch.relu(z), z.clamp_min(0))   # caught: eager's result
+        c = status()["ops"]["relu"]
+        assert c["shadow_mismatches"] == 1 and c["hits"] == 0, c
+    finally:
+        shadow(0, 0)
