@@ -252,9 +252,22 @@ void Call::probe(std::vector<at::Tensor>& outs, const std::function<Status()>& e
   table.demote(key_, why);
 }
 
-bool Call::shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs) {
+namespace {
+void add_check_time(OpCounters& c, std::chrono::steady_clock::time_point t0) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+  c.shadow_us.fetch_add(static_cast<uint64_t>(us.count()), std::memory_order_relaxed);
+}
+}  // namespace
+
+bool Call::shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs,
+                  std::chrono::steady_clock::time_point t0) {
   std::shared_ptr<LoadedKernel> k = std::move(checking_);
   OpCounters& c = State::get().counters(op_);
+  struct Timed {   // on every way out
+    OpCounters& c;
+    std::chrono::steady_clock::time_point t0;
+    ~Timed() { add_check_time(c, t0); }
+  } timed{c, t0};
   Status s = Status::ok();
   try {   // eager's result is in hand: an allocation failure here must not reach the caller
     s = launch(*k, outs);
@@ -274,8 +287,11 @@ bool Call::shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& 
 void Call::check_probe(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs) {
   std::shared_ptr<LoadedKernel> k = std::move(checking_);
   if (!probe_ran_) return;   // the probe's kernel side did not run or failed: nothing to compare
-  State::get().counters(op_).shadow_checks.fetch_add(1, std::memory_order_relaxed);
-  judge_shadow(*k, outs, eager_outs);
+  OpCounters& c = State::get().counters(op_);
+  c.shadow_checks.fetch_add(1, std::memory_order_relaxed);
+  const auto t0 = std::chrono::steady_clock::now();
+  judge_shadow(*k, outs, eager_outs);   // the probe ran eager already: only the comparison is extra
+  add_check_time(c, t0);
 }
 
 bool Call::judge_shadow(const LoadedKernel& k, const std::vector<at::Tensor>& outs,

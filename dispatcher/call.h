@@ -2,6 +2,7 @@
 // the original implementation. Used by the per-op wrappers (wrappers.inc) for both backends.
 #pragma once
 #include <array>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -62,8 +63,9 @@ class Call {
     Outcome o = before(outs);
     if (o == Outcome::kServed) return from_list<R>(outs);
     if (o == Outcome::kShadow) {   // eager first, on the inputs as the caller gave them
+      const auto t0 = std::chrono::steady_clock::now();
       R r = eager();
-      if (shadow(outs, as_list(r))) return from_list<R>(outs);
+      if (shadow(outs, as_list(r), t0)) return from_list<R>(outs);
       return r;
     }
     if (o == Outcome::kProbe) {   // eager's result answers; the served kernel is timed beside it
@@ -92,7 +94,9 @@ class Call {
   void probe(std::vector<at::Tensor>& outs, const std::function<Status()>& eager_fn);
   // A live check (dispatcher/shadow.h) after eager ran: launches the kernel into `outs` and compares.
   // True: serve `outs` (they matched); false: answer with eager's result (mismatch or failure).
-  bool shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs);
+  // t0: when the extra eager call began (the check's time, kernel launch included, is counted).
+  bool shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs,
+              std::chrono::steady_clock::time_point t0);
   // A probe call due for a live check: both results exist already; compare them.
   void check_probe(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs);
   // The live check's verdict for `k`; a mismatch disables it here and in the cache. True on a match.

@@ -72,6 +72,7 @@ void State::reset_counters() {
     c.demoted = 0;
     c.shadow_checks = 0;
     c.shadow_mismatches = 0;
+    c.shadow_us = 0;
     c.nondeterministic = 0;
   }
 }
@@ -176,12 +177,13 @@ Status State::configure(const nlohmann::json& j) {
 
 nlohmann::json State::status_json() {
   nlohmann::json ops = nlohmann::json::object();
-  uint64_t th = 0, tm = 0, tf = 0, tp = 0, td = 0, tsc = 0, tsm = 0, tnd = 0;
+  uint64_t th = 0, tm = 0, tf = 0, tp = 0, td = 0, tsc = 0, tsm = 0, tnd = 0, tus = 0;
   for (const auto& o : all_ops()) {
     OpCounters& c = counters(o.id);
     uint64_t h = c.hits, m = c.misses, f = c.fallbacks, p = c.probes, d = c.demoted;
     uint64_t sc = c.shadow_checks, sm = c.shadow_mismatches, nd = c.nondeterministic;
     th += h; tm += m; tf += f; tp += p; td += d; tsc += sc; tsm += sm; tnd += nd;
+    tus += c.shadow_us.load(std::memory_order_relaxed);
     if (!registered(o.id) && !h && !m && !f && !p) continue;
     ops[o.name] = {{"aten", o.aten}, {"intercepted", registered(o.id) && on(o.id)},
                    {"hits", h}, {"misses", m}, {"fallbacks", f}, {"probes", p}, {"demoted", d},
@@ -195,6 +197,7 @@ nlohmann::json State::status_json() {
                      {"shadow_checks", tsc}, {"shadow_mismatches", tsm}, {"nondeterministic", tnd},
                      {"calls", th + tm + tf + tp}}},
           {"shadow", {{"calls", shadow_calls()}, {"every", shadow_every()}, {"disabled", tsm},
+                      {"check_ms", static_cast<double>(tus) / 1e3},
                       {"cache_writes", disable_status()}}},
           {"determinism_required", determinism_required()},
           {"cache", {{"dir", t.dir()}, {"state", t.store_state()}, {"readonly", c.cache_readonly},

@@ -28,6 +28,7 @@ struct OpCounters {
   std::atomic<uint64_t> demoted{0};     // keys demoted to eager here: slower than eager in this process
   std::atomic<uint64_t> shadow_checks{0};      // served calls compared with eager (dispatcher/shadow.h)
   std::atomic<uint64_t> shadow_mismatches{0};  // ... that differed: the key was disabled everywhere
+  std::atomic<uint64_t> shadow_us{0};          // wall time those checks added (extra eager + comparison)
   std::atomic<uint64_t> nondeterministic{0};   // eager because determinism was required and the
                                                // kernel was not recorded bitwise deterministic
 };
