@@ -1,12 +1,17 @@
 // The serving path of one intercepted call: key -> table -> launch a cached kernel, or eager.
 #include "dispatcher/call.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <ctime>
+#include <functional>
 
 #include <ATen/Parallel.h>
 
 #include "dispatcher/evolution.h"
 #include "dispatcher/probe.h"
+#include "dispatcher/shadow.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/log.h"
@@ -112,10 +117,26 @@ Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
   KernelTable::Lookup l = table.find(key_);
   switch (l.kind) {
     case KernelTable::Kind::kServe: {
+      if (!l.kernel->bitwise_deterministic && st.determinism_required()) {
+        c.fallbacks.fetch_add(1, std::memory_order_relaxed);
+        c.nondeterministic.fetch_add(1, std::memory_order_relaxed);
+        return Outcome::kEager;
+      }
+      // Graph capture: neither a host sync nor a second, uncaptured result is possible.
+      const int first = st.shadow_calls(), every = st.shadow_every();
+      const bool check = (first > 0 || every > 0) && !capturing() &&
+                         shadow_due(l.kernel->served_calls.fetch_add(1, std::memory_order_relaxed), l.kernel->salt,
+                                    first, every);
       if (l.kernel->probe.left.load(std::memory_order_relaxed) > 0 && !capturing()) {
         c.probes.fetch_add(1, std::memory_order_relaxed);
+        if (check) checking_ = l.kernel;
         probing_ = std::move(l.kernel);
         return Outcome::kProbe;
+      }
+      if (check) {
+        c.shadow_checks.fetch_add(1, std::memory_order_relaxed);
+        checking_ = std::move(l.kernel);
+        return Outcome::kShadow;
       }
       Status s = launch(*l.kernel, outs);
       if (s) {
@@ -201,6 +222,8 @@ void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
   for (size_t j = nt_; j < b.tensors.size(); ++j) k->outputs.push_back(b.tensors[j]);
   for (const TensorMeta& m : b.tensors) k->align.push_back(m.align);
   k->launcher = std::move(launcher.value());
+  k->salt = std::hash<std::string>{}(key_);
+  k->bitwise_deterministic = r.determinism == Determinism::kBitwise;
   arm_probe(k->probe, State::get().config().serve_probe_calls);
   table.install(std::move(k));
 }
@@ -224,6 +247,7 @@ void Call::probe(std::vector<at::Tensor>& outs, const std::function<Status()>& e
   if (!eager_first) te = timed(eager_fn);
   KernelTable& table = State::get().table();
   if (!ts) return table.disable(key_, ts.status().to_string());
+  probe_ran_ = true;
   if (!te) return;   // eager's own error goes to the caller as always; nothing to compare
   ProbeVerdict v = add_probe_pair(k->probe, ts.value(), te.value());
   if (!v.done || v.keep) return;
@@ -232,6 +256,82 @@ void Call::probe(std::vector<at::Tensor>& outs, const std::function<Status()>& e
   std::snprintf(why, sizeof why, "%.2fx eager's speed over %zu timed calls in this process: slower than eager here",
                 v.speedup, v.pairs);
   table.demote(key_, why);
+}
+
+namespace {
+void add_check_time(OpCounters& c, std::chrono::steady_clock::time_point t0) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0);
+  c.shadow_us.fetch_add(static_cast<uint64_t>(us.count()), std::memory_order_relaxed);
+}
+}  // namespace
+
+bool Call::shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs,
+                  std::chrono::steady_clock::time_point t0) {
+  std::shared_ptr<LoadedKernel> k = std::move(checking_);
+  OpCounters& c = State::get().counters(op_);
+  struct Timed {   // on every way out
+    OpCounters& c;
+    std::chrono::steady_clock::time_point t0;
+    ~Timed() { add_check_time(c, t0); }
+  } timed{c, t0};
+  Status s = Status::ok();
+  try {   // eager's result is in hand: an allocation failure here must not reach the caller
+    s = launch(*k, outs);
+  } catch (const std::exception& e) {
+    s = Status::error(Code::kLaunchError, std::string("live check: ") + e.what());
+  }
+  if (!s) {
+    State::get().table().disable(key_, s.to_string());
+    c.fallbacks.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const bool match = judge_shadow(*k, outs, eager_outs);
+  (match ? c.hits : c.fallbacks).fetch_add(1, std::memory_order_relaxed);
+  return match;
+}
+
+void Call::check_probe(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs) {
+  std::shared_ptr<LoadedKernel> k = std::move(checking_);
+  if (!probe_ran_) return;   // the probe's kernel side did not run or failed: nothing to compare
+  OpCounters& c = State::get().counters(op_);
+  c.shadow_checks.fetch_add(1, std::memory_order_relaxed);
+  const auto t0 = std::chrono::steady_clock::now();
+  judge_shadow(*k, outs, eager_outs);   // the probe ran eager already: only the comparison is extra
+  add_check_time(c, t0);
+}
+
+bool Call::judge_shadow(const LoadedKernel& k, const std::vector<at::Tensor>& outs,
+                        const std::vector<at::Tensor>& eager_outs) {
+  State& st = State::get();
+  ShadowVerdict v;
+  try {
+    v = compare_outputs(outs, eager_outs, *k.record);
+  } catch (const std::exception& e) {
+    // Not checked (e.g. no memory for the comparison): eager's result is the one known to be right.
+    log_once(LogLevel::kWarn, "shadow-error:" + key_, std::string("live check could not compare (") + e.what() +
+                                                           "); eager answered this call of " + key_);
+    return false;
+  }
+  if (v.match) return true;
+  st.counters(op_).shadow_mismatches.fetch_add(1, std::memory_order_relaxed);
+  std::vector<std::string> names(tnames_.begin(), tnames_.begin() + nt_);
+  std::vector<const at::Tensor*> in(tensors_.begin(), tensors_.begin() + nt_);
+  nlohmann::json evidence = {{"by", "live check"}, {"pid", static_cast<int64_t>(getpid())},
+                             {"at_unix_s", static_cast<int64_t>(std::time(nullptr))},
+                             {"served_calls", k.served_calls.load(std::memory_order_relaxed)},
+                             {"outputs", v.to_json()}};
+  try {
+    evidence["inputs"] = summarize_inputs(names, in);
+  } catch (const std::exception& e) {
+    evidence["inputs"] = std::string("not summarised: ") + e.what();
+  }
+  char why[256];
+  std::snprintf(why, sizeof why, "live check: out%d differs from eager (%s: error %.3g, budget %.3g, at flat index %lld: "
+                "eager %.9g, kernel %.9g); disabling it in the cache",
+                v.output, v.check.c_str(), v.error, v.budget, static_cast<long long>(v.index), v.expected, v.actual);
+  st.table().disable(key_, why);   // this process: at once, and logged once
+  if (!st.config().cache_readonly) disable_in_cache(st.table().dir(), k.record, std::move(evidence));
+  return false;
 }
 
 Status Call::launch(LoadedKernel& k, std::vector<at::Tensor>& outs) {

@@ -2,6 +2,7 @@
 // the original implementation. Used by the per-op wrappers (wrappers.inc) for both backends.
 #pragma once
 #include <array>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -61,6 +62,12 @@ class Call {
     std::vector<at::Tensor> outs;
     Outcome o = before(outs);
     if (o == Outcome::kServed) return from_list<R>(outs);
+    if (o == Outcome::kShadow) {   // eager first, on the inputs as the caller gave them
+      const auto t0 = std::chrono::steady_clock::now();
+      R r = eager();
+      if (shadow(outs, as_list(r), t0)) return from_list<R>(outs);
+      return r;
+    }
     if (o == Outcome::kProbe) {   // eager's result answers; the served kernel is timed beside it
       std::optional<R> r;
       probe(outs, [&]() -> Status {
@@ -68,6 +75,7 @@ class Call {
         return Status::ok();
       });
       if (!r) r.emplace(eager());   // the probe could not run eager (no timer): run it now
+      if (checking_) check_probe(outs, as_list(*r));
       return std::move(*r);
     }
     R r = eager();
@@ -77,13 +85,22 @@ class Call {
   }
 
  private:
-  enum class Outcome { kServed, kEager, kLoad, kEvolve, kProbe };
+  enum class Outcome { kServed, kEager, kLoad, kEvolve, kProbe, kShadow };
   Outcome before(std::vector<at::Tensor>& outs);   // serve if possible; counts the call
   void after_load(const std::vector<at::Tensor>& eager_outs);
   void evolve();   // first miss of the key here: submit an evolution job (dispatcher/evolution.h)
   // One probe pair (dispatcher/probe.h): `eager_fn` runs eager once, the served kernel once, each
   // timed; demotes the key when the probe's last pair shows it is not faster here.
   void probe(std::vector<at::Tensor>& outs, const std::function<Status()>& eager_fn);
+  // A live check (dispatcher/shadow.h) after eager ran: launches the kernel into `outs` and compares.
+  // True: serve `outs` (they matched); false: answer with eager's result (mismatch or failure).
+  // t0: when the extra eager call began (the check's time, kernel launch included, is counted).
+  bool shadow(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs,
+              std::chrono::steady_clock::time_point t0);
+  // A probe call due for a live check: both results exist already; compare them.
+  void check_probe(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs);
+  // The live check's verdict for `k`; a mismatch disables it here and in the cache. True on a match.
+  bool judge_shadow(const LoadedKernel& k, const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& eager_outs);
   Status launch(LoadedKernel& k, std::vector<at::Tensor>& outs);
   Binding binding(const std::vector<at::Tensor>& outs) const;
   bool capturing() const;
@@ -96,6 +113,8 @@ class Call {
   std::string key_;
   std::shared_ptr<const Record> loading_;
   std::shared_ptr<LoadedKernel> probing_;
+  std::shared_ptr<LoadedKernel> checking_;   // kShadow, or a kProbe call due for a live check
+  bool probe_ran_ = false;                   // the probe's kernel side ran and succeeded
   std::array<const at::Tensor*, kMaxTensors> tensors_{};
   std::array<const char*, kMaxTensors> tnames_{};
   int nt_ = 0;

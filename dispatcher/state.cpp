@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <fstream>
 
+#include <ATen/Context.h>
+
+#include "dispatcher/shadow.h"
 #include "runtime/cache_dir.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
@@ -51,6 +54,13 @@ void State::apply_switches(const Config& c) {
     bool want = c.enabled && std::find(c.ops.begin(), c.ops.end(), o.name) != c.ops.end();
     set_on(o.id, want);
   }
+  shadow_calls_.store(c.cache_readonly ? 0 : c.shadow_calls, std::memory_order_relaxed);
+  shadow_every_.store(c.cache_readonly ? 0 : c.shadow_every, std::memory_order_relaxed);
+  deterministic_only_.store(c.deterministic_only, std::memory_order_relaxed);
+}
+
+bool State::determinism_required() const {
+  return deterministic_only_.load(std::memory_order_relaxed) || at::globalContext().deterministicAlgorithms();
 }
 
 void State::reset_counters() {
@@ -60,6 +70,10 @@ void State::reset_counters() {
     c.fallbacks = 0;
     c.probes = 0;
     c.demoted = 0;
+    c.shadow_checks = 0;
+    c.shadow_mismatches = 0;
+    c.shadow_us = 0;
+    c.nondeterministic = 0;
   }
 }
 
@@ -163,21 +177,29 @@ Status State::configure(const nlohmann::json& j) {
 
 nlohmann::json State::status_json() {
   nlohmann::json ops = nlohmann::json::object();
-  uint64_t th = 0, tm = 0, tf = 0, tp = 0, td = 0;
+  uint64_t th = 0, tm = 0, tf = 0, tp = 0, td = 0, tsc = 0, tsm = 0, tnd = 0, tus = 0;
   for (const auto& o : all_ops()) {
     OpCounters& c = counters(o.id);
     uint64_t h = c.hits, m = c.misses, f = c.fallbacks, p = c.probes, d = c.demoted;
-    th += h; tm += m; tf += f; tp += p; td += d;
+    uint64_t sc = c.shadow_checks, sm = c.shadow_mismatches, nd = c.nondeterministic;
+    th += h; tm += m; tf += f; tp += p; td += d; tsc += sc; tsm += sm; tnd += nd;
+    tus += c.shadow_us.load(std::memory_order_relaxed);
     if (!registered(o.id) && !h && !m && !f && !p) continue;
     ops[o.name] = {{"aten", o.aten}, {"intercepted", registered(o.id) && on(o.id)},
-                   {"hits", h}, {"misses", m}, {"fallbacks", f}, {"probes", p}, {"demoted", d}};
+                   {"hits", h}, {"misses", m}, {"fallbacks", f}, {"probes", p}, {"demoted", d},
+                   {"shadow_checks", sc}, {"shadow_mismatches", sm}, {"nondeterministic", nd}};
   }
   Config c = config();
   KernelTable& t = table();
   return {{"enabled", c.enabled},
           {"ops", ops},
           {"total", {{"hits", th}, {"misses", tm}, {"fallbacks", tf}, {"probes", tp}, {"demoted", td},
+                     {"shadow_checks", tsc}, {"shadow_mismatches", tsm}, {"nondeterministic", tnd},
                      {"calls", th + tm + tf + tp}}},
+          {"shadow", {{"calls", shadow_calls()}, {"every", shadow_every()}, {"disabled", tsm},
+                      {"check_ms", static_cast<double>(tus) / 1e3},
+                      {"cache_writes", disable_status()}}},
+          {"determinism_required", determinism_required()},
           {"cache", {{"dir", t.dir()}, {"state", t.store_state()}, {"readonly", c.cache_readonly},
                      {"loaded_kernels", t.loaded_count()}}},
           {"precision", policy()},

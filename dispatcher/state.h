@@ -26,6 +26,11 @@ struct OpCounters {
   std::atomic<uint64_t> fallbacks{0};   // a kernel exists but eager ran (loading, disabled, failed)
   std::atomic<uint64_t> probes{0};      // served kernel and eager both ran, timed (dispatcher/probe.h)
   std::atomic<uint64_t> demoted{0};     // keys demoted to eager here: slower than eager in this process
+  std::atomic<uint64_t> shadow_checks{0};      // served calls compared with eager (dispatcher/shadow.h)
+  std::atomic<uint64_t> shadow_mismatches{0};  // ... that differed: the key was disabled everywhere
+  std::atomic<uint64_t> shadow_us{0};          // wall time those checks added (extra eager + comparison)
+  std::atomic<uint64_t> nondeterministic{0};   // eager because determinism was required and the
+                                               // kernel was not recorded bitwise deterministic
 };
 
 class State {
@@ -41,6 +46,14 @@ class State {
 
   KernelTable& table();
   const char* policy() const { return policy_.load(std::memory_order_relaxed); }
+  // Hot-path copies of settings, kept current by configure(): the live check's plan (both 0 with
+  // cache_readonly, which benchmarks and shipped caches use and which could not record a disable)
+  // and deterministic_only.
+  int shadow_calls() const { return shadow_calls_.load(std::memory_order_relaxed); }
+  int shadow_every() const { return shadow_every_.load(std::memory_order_relaxed); }
+  // Only bitwise-deterministic kernels may be served: deterministic_only, or PyTorch's own switch
+  // (torch.use_deterministic_algorithms) as it is at this call.
+  bool determinism_required() const;
   // The target string keys are built with: cpu_backend().target_id() or the CUDA device's.
   const std::string& target(Dev dev, int device);
 
@@ -69,13 +82,15 @@ class State {
     std::mutex target_mu;                       // serialises computing targets_
   };
   State();
-  void apply_switches(const Config& c);
+  void apply_switches(const Config& c);   // op switches and the hot-path copies above
 
   mutable PerFork<PerProcess> proc_;
   // Immutable once published, and leaked when replaced (configure() is rare): readers copy it
   // without a lock, so a child reads its parent's configuration whatever the parent's threads held.
   std::atomic<const Config*> cfg_{nullptr};
   std::atomic<const char*> policy_{"fp32"};   // points at a string literal
+  std::atomic<int> shadow_calls_{0}, shadow_every_{0};
+  std::atomic<bool> deterministic_only_{false};
   std::array<std::atomic<bool>, kNumOps> enabled_{};
   std::array<std::atomic<bool>, kNumOps> registered_{};
   std::array<OpCounters, kNumOps> counters_{};

@@ -3,11 +3,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "kernel_cache/manual.h"
@@ -18,6 +20,7 @@
 #include "evolve/sandbox.h"
 #include "evolve/static_check.h"
 #include "runtime/fsutil.h"
+#include "runtime/launch_spec.h"
 #include "runtime/log.h"
 #include "runtime/subprocess.h"
 #include "runtime/json_util.h"
@@ -180,6 +183,35 @@ SearchProgress progress_of(const Search& search, double eager_ms) {
 
 }  // namespace
 
+bool is_recorded_kernel(const Record& r, const std::string& source, const nlohmann::json& launch) {
+  if (r.source != source) return false;
+  auto spec = parse_launch_spec(launch);   // records hold the spec normalised (make_manual_record)
+  return spec && to_json(spec.value()) == r.launch;
+}
+
+void record_verdict_facts(Record& r, const nlohmann::json& verdict) {
+  auto stages = verdict.find("stages");
+  if (stages == verdict.end() || !stages->is_array()) return;
+  const nlohmann::json* numerics = nullptr;
+  for (const auto& s : *stages)
+    if (s.is_object() && s.value("name", "") == "numerics" && s.value("outcome", "") == "passed") numerics = &s;
+  if (!numerics || !numerics->contains("evidence") || !(*numerics)["evidence"].is_object()) return;
+  const nlohmann::json& ev = (*numerics)["evidence"];
+  if (auto d = ev.find("bitwise_deterministic"); d != ev.end() && d->is_boolean())
+    r.determinism = d->get<bool>() ? Determinism::kBitwise : Determinism::kVaries;
+  std::vector<double> budget;
+  for (const auto& set : ev.value("sets", nlohmann::json::array())) {
+    const auto outs = set.is_object() ? set.value("outputs", nlohmann::json::array()) : nlohmann::json::array();
+    for (size_t j = 0; j < outs.size(); ++j) {
+      const double b = outs[j].value("budget", 0.0) + outs[j].value("eager_error", 0.0);
+      if (!std::isfinite(b)) continue;
+      if (budget.size() <= j) budget.resize(j + 1, 0.0);
+      budget[j] = std::max(budget[j], 2 * b);
+    }
+  }
+  r.budget = std::move(budget);
+}
+
 EvolveResult evolve_key(const std::string& key, const std::string& job_file, int device, const EvolveOptions& o) {
   EvolveResult res;
   res.key = key;
@@ -194,6 +226,9 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
   };
   auto call = call_from_key(key);
   if (!call) return fail(call.status().to_string());
+  // A disabled record (the live check caught it on real data: kernel_cache/disable.h) may be
+  // searched again, but its kernel is never stored again, and its evidence is kept.
+  std::optional<Record> disabled;
   if (auto existing = read_value(o.cache_dir, key)) {
     auto rec = decode_record(existing.value());
     if (rec && (rec->state == "served" || rec->state == "eager_best")) {
@@ -201,6 +236,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
       res.why = rec->state;
       return res;
     }
+    if (rec && rec->state == "disabled") disabled = std::move(rec.value());
   }
   // A kernel someone stored by hand while we searched (put_kernel, cache put/import) wins: never
   // overwrite a served record this search did not write.
@@ -316,6 +352,11 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
     if (!(e.median_ms > 0 && e.median_ms < res.eager_ms * (1 - o.min_gain))) break;
     auto cand = search.render(e.family, e.knobs);
     if (!cand) continue;
+    if (disabled && is_recorded_kernel(*disabled, cand.value().source, cand.value().launch)) {
+      say("not promoting " + e.id + ": it is the kernel the live check disabled for this key");
+      attempts.push_back({{"id", e.id}, {"stage", "disabled"}, {"why", "the kernel disabled by the live check"}});
+      continue;
+    }
     auto verdict = child.evaluate(e.id, cand.value().source, cand.value().launch, "full");
     if (!verdict) return fail(verdict.status().to_string());
     const nlohmann::json& v = verdict.value();
@@ -347,6 +388,8 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
               {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},
                           {"finish_reason", search.state().finish_reason}, {"elapsed_s", search.state().elapsed_s},
                           {"refused", attempts}}}};
+    record_verdict_facts(r, v);
+    if (disabled) r.meta["disabled_before"] = disabled->meta.value("disabled", nlohmann::json::object());
     Status s = put_record(o.cache_dir, r, 30000);
     if (!s) return fail("storing the record: " + s.to_string());
     res.outcome = "served";
@@ -373,6 +416,7 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
             {"best_candidate_ms", res.best_ms},
             {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},
                         {"finish_reason", search.state().finish_reason}, {"refused", attempts}}}};
+  if (disabled) r.meta["disabled_before"] = disabled->meta.value("disabled", nlohmann::json::object());
   if (Status s = put_record(o.cache_dir, r, 30000); !s) return fail("storing eager_best: " + s.to_string());
   res.outcome = "eager_best";
   res.why = ranked.empty() ? "no candidate passed verification" : "no candidate beat eager beyond the noise";

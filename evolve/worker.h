@@ -11,6 +11,7 @@
 
 #include "evolve/llm.h"
 #include "evolve/search.h"
+#include "kernel_cache/record.h"
 #include "runtime/status.h"
 #include "runtime/worker_client.h"
 
@@ -65,6 +66,17 @@ EvolveResult evolve_key(const std::string& key, const std::string& job_file, int
 // infrastructure error (the child could not start).
 Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std::string& source,
                                      const nlohmann::json& launch, int device, const EvolveOptions& o);
+
+// Copies what a passed full-gauntlet verdict established into the record's typed fields (record.h):
+// the numerics stage's determinism, and per output the live check's budget, twice the largest
+// (budget + eager's own error) over the input sets (candidate-vs-eager error is at most their sum;
+// the factor leaves room for real data beyond the generated sets). Leaves `r` unchanged where the
+// verdict has no numerics evidence.
+void record_verdict_facts(Record& r, const nlohmann::json& verdict);
+
+// True when `source` with `launch` is the kernel stored in `r` (the worker never promotes the kernel
+// of a record the live check disabled). Compares the launch spec as the record holds it, normalised.
+bool is_recorded_kernel(const Record& r, const std::string& source, const nlohmann::json& launch);
 
 // What the worker checks before it runs a job: the key names a call we can search and the
 // settings validate (apply_evolve_json). The job's options, or why it is rejected.

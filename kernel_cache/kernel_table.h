@@ -44,6 +44,12 @@ struct LoadedKernel {
   std::vector<int> align;               // per tensor (inputs, then outputs): the class it was verified at
   std::unique_ptr<Launcher> launcher;
   ServeProbe probe;
+  // The live check (dispatcher/shadow.h): this process's served calls of the key so far, and a
+  // per-key salt for the sampled ones.
+  std::atomic<uint64_t> served_calls{0};
+  uint64_t salt = 0;
+  // record->determinism == kBitwise, read on every hit while determinism is required.
+  bool bitwise_deterministic = false;
 };
 
 class KernelTable {

@@ -3,6 +3,8 @@
 // half-parsed.
 #include "kernel_cache/record.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 
@@ -60,6 +62,21 @@ Result<Record> decode_object(const json& j) {
   if (!b->is_binary()) return corrupt("field 'blob' is not a byte string");
   const auto& bin = b->get_binary();
   r.blob.assign(reinterpret_cast<const char*>(bin.data()), bin.size());
+  // Optional fields (record.h): absent reads as unknown / not measured; present but wrong is corrupt,
+  // since the serving path decides on them.
+  if (auto d = j.find("determinism"); d != j.end()) {
+    auto v = d->is_string() ? determinism_from(d->get<std::string>()) : std::nullopt;
+    if (!v) return corrupt("field 'determinism' is not bitwise, varies or unknown");
+    r.determinism = *v;
+  }
+  if (auto bu = j.find("budget"); bu != j.end()) {
+    if (!bu->is_array()) return corrupt("field 'budget' is not an array");
+    for (const auto& x : *bu) {
+      if (!x.is_number() || !std::isfinite(x.get<double>()) || x.get<double>() < 0)
+        return corrupt("field 'budget' holds something other than finite non-negative numbers");
+      r.budget.push_back(x.get<double>());
+    }
+  }
   return r;
 }
 
@@ -76,6 +93,8 @@ json fields_without_blob(const Record& r) {
   j["source"] = r.source;
   j["launch"] = r.launch;
   j["meta"] = r.meta;
+  j["determinism"] = determinism_name(r.determinism);
+  j["budget"] = r.budget;
   return j;
 }
 
@@ -115,6 +134,54 @@ bool record_verified(const Record& r) {
   if (p == r.meta.end() || !p->is_object()) return false;
   auto v = p->find("verified");
   return v != p->end() && v->is_boolean() && v->get<bool>();
+}
+
+const char* determinism_name(Determinism d) {
+  switch (d) {
+    case Determinism::kBitwise: return "bitwise";
+    case Determinism::kVaries: return "varies";
+    case Determinism::kUnknown: break;
+  }
+  return "unknown";
+}
+
+std::optional<Determinism> determinism_from(std::string_view name) {
+  if (name == "bitwise") return Determinism::kBitwise;
+  if (name == "varies") return Determinism::kVaries;
+  if (name == "unknown") return Determinism::kUnknown;
+  return std::nullopt;
+}
+
+namespace {
+
+// Unit roundoff-sized spacing per dtype, as the gauntlet's floor uses it (16 of them).
+double dtype_eps(DType d) {
+  switch (d) {
+    case DType::kF64: return 2.2e-16;
+    case DType::kF32: return 1.19e-7;
+    case DType::kF16: return 9.8e-4;
+    case DType::kBF16: return 7.8e-3;
+    default: return 0;   // integer and boolean outputs: exact
+  }
+}
+
+}  // namespace
+
+double budget_fallback(DType d) {
+  // fp32: about 840 ulp in the mixed measure, which holds blocked vs sequential sums of rows of
+  // 10^5 or so; a kernel that is wrong is off by far more than that.
+  switch (d) {
+    case DType::kF64: return 1e-9;
+    case DType::kF32: return 1e-4;
+    case DType::kF16: return 2e-2;
+    case DType::kBF16: return 1e-1;
+    default: return 0;
+  }
+}
+
+double live_budget(const Record& r, size_t j, DType dtype) {
+  if (j >= r.budget.size()) return budget_fallback(dtype);
+  return std::max(r.budget[j], 16 * dtype_eps(dtype));
 }
 
 json record_summary(const Record& r) {

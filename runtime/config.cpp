@@ -35,6 +35,12 @@ const std::vector<ConfigField>& config_fields() {
       {"catch_up_ms", "KERNELCRAFT_CATCH_UP_MS", "ms between looks for kernels written by others (0: never)"},
       {"serve_probe_calls", "KERNELCRAFT_SERVE_PROBE_CALLS",
        "first calls of a newly served key timed against eager; slower kernels are demoted here (0: off)"},
+      {"shadow_calls", "KERNELCRAFT_SHADOW_CALLS",
+       "first served calls of a key also run eager and are compared; a mismatch disables the record everywhere (0: off)"},
+      {"shadow_every", "KERNELCRAFT_SHADOW_EVERY",
+       "after those, 1 served call in this many (on average) is compared the same way (0: never)"},
+      {"deterministic_only", "KERNELCRAFT_DETERMINISTIC_ONLY",
+       "serve only kernels the gauntlet saw bitwise deterministic (as under torch.use_deterministic_algorithms)"},
       {"log_level", "KERNELCRAFT_LOG_LEVEL", "debug | info | warn | error | off"},
       {"evolve", "KERNELCRAFT_EVOLVE", "start background evolution for missed keys (0 to turn off)"},
       {"worker", "KERNELCRAFT_WORKER", "the kernelcraft executable the worker runs as (default: next to the library)"},
@@ -166,6 +172,9 @@ Status apply_json(Config& c, const nlohmann::json& j) {
       } else if (k == "catch_up_ms") n.catch_up_ms = v.get<int>();
       else if (k == "evolve_nice") n.evolve_nice = std::clamp(v.get<int>(), 0, 19);
       else if (k == "serve_probe_calls") n.serve_probe_calls = std::clamp(v.get<int>(), 0, 1000);
+      else if (k == "shadow_calls") n.shadow_calls = std::clamp(v.get<int>(), 0, 1000000);
+      else if (k == "shadow_every") n.shadow_every = std::clamp(v.get<int>(), 0, 1000000000);
+      else if (k == "deterministic_only") n.deterministic_only = v.get<bool>();
       else if (k == "log_level") {
         n.log_level = v.get<std::string>();
         if (!valid_level(n.log_level)) return Status::error(Code::kInvalid, "bad log_level '" + n.log_level + "'");
@@ -201,6 +210,7 @@ nlohmann::json to_json(const Config& c) {
           {"cache_readonly", c.cache_readonly}, {"cache_shared", c.cache_shared},
           {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"trusted_keys", c.trusted_keys}, {"evolve_sandbox", to_string(c.evolve_sandbox)}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
           {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls}, {"evolve_nice", c.evolve_nice},
+          {"shadow_calls", c.shadow_calls}, {"shadow_every", c.shadow_every}, {"deterministic_only", c.deterministic_only},
           {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
           {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
           {"evolve_key_budget_s", c.evolve_key_budget_s}, {"evolve_mu", c.evolve_mu},
@@ -244,6 +254,7 @@ Config load_config() {
     else log_once(LogLevel::kWarn, "config-sandbox", std::string("KERNELCRAFT_EVOLVE_SANDBOX=") + v + " is not off|cpu|all; using " + to_string(c.evolve_sandbox));
   }
   if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
+  if (const char* v = env("KERNELCRAFT_DETERMINISTIC_ONLY")) c.deterministic_only = truthy(v);
   if (const char* v = env("KERNELCRAFT_LLM_API")) {
     if (valid_llm_api(v)) c.llm_api = v;
     else log_once(LogLevel::kWarn, "config-llm-api", std::string("KERNELCRAFT_LLM_API=") + v + " is not openai|anthropic; using " + c.llm_api);
@@ -268,7 +279,8 @@ Config load_config() {
       {"KERNELCRAFT_EVOLVE_LAMBDA", "evolve_lambda"}, {"KERNELCRAFT_EVOLVE_GENERATIONS", "evolve_generations"},
       {"KERNELCRAFT_EVOLVE_CAPTURE_MB", "evolve_capture_mb"}, {"KERNELCRAFT_WORKER_IDLE_S", "worker_idle_s"},
       {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"},
-      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}, {"KERNELCRAFT_EVOLVE_NICE", "evolve_nice"}, {"KERNELCRAFT_EVOLVE_MEMORY_SHARE", "evolve_memory_share"}};
+      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}, {"KERNELCRAFT_SHADOW_CALLS", "shadow_calls"},
+      {"KERNELCRAFT_SHADOW_EVERY", "shadow_every"}, {"KERNELCRAFT_EVOLVE_NICE", "evolve_nice"}, {"KERNELCRAFT_EVOLVE_MEMORY_SHARE", "evolve_memory_share"}};
   for (const auto& [var, key] : numeric) {
     const char* v = env(var);
     if (!v) continue;

@@ -45,6 +45,14 @@ struct Config {
   int serve_probe_calls = 8;           // KERNELCRAFT_SERVE_PROBE_CALLS / "serve_probe_calls": the first
                                        // calls of a newly served key also run eager, both timed; a
                                        // kernel not faster here is demoted for this process (0: off)
+  int shadow_calls = 4;                // KERNELCRAFT_SHADOW_CALLS / "shadow_calls": the first served
+                                       // calls of a key in this process also run eager, compared
+                                       // (dispatcher/shadow.h); off with cache_readonly
+  int shadow_every = 1000;             // KERNELCRAFT_SHADOW_EVERY / "shadow_every": afterwards 1 served
+                                       // call in this many on average is compared (0: never)
+  bool deterministic_only = false;     // KERNELCRAFT_DETERMINISTIC_ONLY / "deterministic_only": serve
+                                       // only kernels the gauntlet saw bitwise deterministic, as
+                                       // torch.use_deterministic_algorithms(True) does on its own
   std::string log_level = "warn";      // KERNELCRAFT_LOG_LEVEL / "log_level"
   bool serve_unverified = false;       // KERNELCRAFT_SERVE_UNVERIFIED / "serve_unverified": also serve
                                        // records stored by hand without the gauntlet (cache put)

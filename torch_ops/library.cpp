@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "dispatcher/evolution.h"
+#include "dispatcher/shadow.h"
 #include "dispatcher/state.h"
 
 #include "kernel_cache/manual.h"
@@ -161,7 +162,12 @@ struct Init {
       // Registered after RocksDB's static objects were constructed (it is loaded before us), so
       // this runs before they are destroyed. Seen without it: processes serving kernels crashed
       // at exit (SIGSEGV after main returned) while the store thread was catching up.
-      std::atexit([] { State::get().shut_down(); });
+      // Disables the live check found are written first (for at most 5 s): they are what keeps
+      // every other process from serving a kernel this one caught.
+      std::atexit([] {
+        dispatch::flush_disables(5.0);
+        State::get().shut_down();
+      });
     } catch (const std::exception& e) {
       log(LogLevel::kError, std::string("initialisation failed, nothing is intercepted: ") + e.what());
     }

@@ -29,6 +29,10 @@ os.environ.setdefault("KERNELCRAFT_SERVE_UNVERIFIED", "1")
 # The serve probe (first calls of a served key also run eager, timed) would turn the serving tests'
 # exact hit counts into probe counts; test_probe.py turns it on where it is the subject.
 os.environ.setdefault("KERNELCRAFT_SERVE_PROBE_CALLS", "0")
+# The live check (first calls of a served key compared with eager) would catch the serving tests'
+# deliberately different kernels and disable them; test_shadow.py turns it on where it is the subject.
+os.environ.setdefault("KERNELCRAFT_SHADOW_CALLS", "0")
+os.environ.setdefault("KERNELCRAFT_SHADOW_EVERY", "0")
 
 import torch  # noqa: E402
 

@@ -47,6 +47,27 @@ TEST(Config, ApplyJsonIsAllOrNothing) {
   EXPECT_FALSE(apply_json(c, nlohmann::json::array()).is_ok());
 }
 
+TEST(Config, LiveCheckAndDeterminismSettings) {
+  Config c;
+  EXPECT_EQ(c.shadow_calls, 4);
+  EXPECT_EQ(c.shadow_every, 1000);
+  EXPECT_FALSE(c.deterministic_only);
+  setenv("KERNELCRAFT_SHADOW_CALLS", "2", 1);
+  setenv("KERNELCRAFT_SHADOW_EVERY", "0", 1);
+  setenv("KERNELCRAFT_DETERMINISTIC_ONLY", "1", 1);
+  c = load_config();
+  unsetenv("KERNELCRAFT_SHADOW_CALLS");
+  unsetenv("KERNELCRAFT_SHADOW_EVERY");
+  unsetenv("KERNELCRAFT_DETERMINISTIC_ONLY");
+  EXPECT_EQ(c.shadow_calls, 2);
+  EXPECT_EQ(c.shadow_every, 0);
+  EXPECT_TRUE(c.deterministic_only);
+  ASSERT_TRUE(apply_json(c, nlohmann::json{{"shadow_every", -5}, {"deterministic_only", false}}).is_ok());
+  EXPECT_EQ(c.shadow_every, 0) << "negative counts clamp to off";
+  EXPECT_FALSE(c.deterministic_only);
+  EXPECT_FALSE(apply_json(c, nlohmann::json{{"shadow_calls", "many"}}).is_ok());
+}
+
 TEST(Config, FileThenEnvironment) {
   std::string path = ::testing::TempDir() + "/kc_config_test.json";
   std::ofstream(path) << R"({"ops": "relu,gelu", "cache_dir": "/from/file", "precision": "tf32"})";

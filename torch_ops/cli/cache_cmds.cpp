@@ -103,7 +103,10 @@ int cmd_ls(const Args& args) {
     json row = {{"key", key}, {"op", key_op(key)}};
     if (rec) {
       row.update({{"state", rec->state}, {"backend", rec->backend}, {"blob_bytes", rec->blob.size()},
-                  {"source_bytes", rec->source.size()}, {"verified", record_verified(rec.value())}});
+                  {"source_bytes", rec->source.size()}, {"verified", record_verified(rec.value())},
+                  {"determinism", determinism_name(rec->determinism)}});
+      if (auto d = rec->meta.find("disabled"); d != rec->meta.end() && d->is_object())
+        row["disabled_by"] = d->value("by", "");
     } else {
       row.update({{"state", "corrupt"}, {"backend", ""}, {"blob_bytes", 0}, {"verified", false},
                   {"error", rec.status().to_string()}});
@@ -121,7 +124,8 @@ int cmd_ls(const Args& args) {
   for (const auto& r : rows) {
     const std::string state = r["state"].get<std::string>();
     const bool unverified = state == "served" && !r["verified"].get<bool>();
-    std::printf("%-10s %-10s %-5s %9zu  %s\n", state.c_str(), unverified ? "unverified" : "", r["backend"].get<std::string>().c_str(),
+    const std::string note = unverified ? "unverified" : r.value("disabled_by", "");
+    std::printf("%-10s %-10s %-5s %9zu  %s\n", state.c_str(), note.c_str(), r["backend"].get<std::string>().c_str(),
                 r["blob_bytes"].get<size_t>(), r["key"].get<std::string>().c_str());
   }
   return kExitOk;

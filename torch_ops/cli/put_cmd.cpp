@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "evolve/worker.h"
 #include "kernel_cache/key.h"
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
@@ -90,6 +91,7 @@ int run_cache_put(const Args& args) {
     r.meta["verification"] = {{"stages", call.value("stages", json::array())},
                               {"median_ms", call.value("median_ms", 0.0)},
                               {"eager_median_ms", call.value("eager_median_ms", 0.0)}};
+    evolve::record_verdict_facts(r, call);   // determinism and the live check's budget, typed
   }
   if (Status s = put_record(args.cache_dir, r, 10000); !s) return fail(s.message());
   const double compile_ms = r.meta["compile"].value("ms", 0.0);
