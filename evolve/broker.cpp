@@ -3,6 +3,7 @@
 // inputs are bytes, not JSON strings); a frame is a 64-bit length and the bytes.
 #include "evolve/broker.h"
 
+#include "evolve/preprocess.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "evolve/preprocess.h"
 #include "runtime/cpu_backend.h"
 
 namespace kc::evolve {
@@ -130,6 +132,17 @@ nlohmann::json serve_one(const Message& m, const GauntletOptions& o, std::string
     binary = std::move(out.value().binary);
     return reply;
   }
+  if (op == "preprocess" && m.blobs.size() == 1) {
+    auto out = expand_macros(m.blobs[0]);
+    reply["ok"] = static_cast<bool>(out);
+    if (!out) {
+      reply["code"] = static_cast<int>(out.status().code());
+      reply["message"] = out.status().message();
+      return reply;
+    }
+    binary = std::move(out.value());
+    return reply;
+  }
   if (op == "sanitize" && m.blobs.size() >= 2) {
     SanitizerRun run;
     run.backend = m.head.value("backend", "cpu");
@@ -205,6 +218,27 @@ Broker::~Broker() {
     if (w == pid_ || (w < 0 && errno != EINTR)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+Result<std::string> Broker::preprocess(const std::string& source) {
+  if (broken_) return Status::error(Code::kUnavailable, "the sandbox broker is gone");
+  const uint64_t seq = ++seq_;
+  std::optional<Message> m;
+  if (send_message(fd_, {{"op", "preprocess"}, {"seq", seq}}, {&source})) m = recv_message(fd_);
+  if (!m || m->head.value("seq", uint64_t{0}) != seq) {
+    broken_ = true;
+    return Status::error(Code::kUnavailable, "the sandbox broker did not answer the preprocess request");
+  }
+  if (!m->head.value("ok", false)) {
+    int code = m->head.value("code", static_cast<int>(Code::kUnavailable));
+    if (code <= 0 || code > static_cast<int>(Code::kRejected)) code = static_cast<int>(Code::kUnavailable);
+    return Status::error(static_cast<Code>(code), m->head.value("message", std::string("preprocess failed")));
+  }
+  if (m->blobs.size() != 1) {
+    broken_ = true;
+    return Status::error(Code::kUnavailable, "the sandbox broker sent no text");
+  }
+  return std::move(m->blobs[0]);
 }
 
 Result<CompileOutput> Broker::compile(const std::string& source) {

@@ -26,6 +26,8 @@ class Broker {
   Broker(const Broker&) = delete;
   Broker& operator=(const Broker&) = delete;
 
+  // expand_macros(source) in the broker (preprocess.h).
+  Result<std::string> preprocess(const std::string& source);
   // cpu_compile(source) in the broker.
   Result<CompileOutput> compile(const std::string& source);
   // run_sanitizers(run, o) in the broker; a broken channel is a rejected stage saying so.

@@ -7,6 +7,7 @@
 
 #include "evolve/broker.h"
 #include "evolve/gauntlet_impl.h"
+#include "evolve/preprocess.h"
 #include "evolve/sandbox.h"
 #include "evolve/sanitizers.h"
 #include "evolve/static_check.h"
@@ -111,8 +112,22 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     Stage& s = stage("static");
     StaticReport rep = static_check(source, c);
     s.evidence = rep.to_json();
+    if (!rep.ok()) {
+      s.millis = ms_since(t0);
+      return reject(s, rep.first_error(), s.evidence);
+    }
+    // Again on the source as the compiler sees it (preprocess.h): macros cannot hide a rule.
+    auto expanded = m.opt.broker ? m.opt.broker->preprocess(source) : expand_macros(source);
     s.millis = ms_since(t0);
-    if (!rep.ok()) return reject(s, rep.first_error(), s.evidence);
+    if (!expanded && expanded.status().code() == Code::kCompileError)
+      return reject(s, expanded.status().message(), s.evidence);
+    if (!expanded) {
+      s.evidence["expanded"] = "not checked: " + expanded.status().message();
+    } else {
+      StaticReport after = static_check(expanded.value(), c);
+      s.evidence["expanded"] = after.to_json();
+      if (!after.ok()) return reject(s, "after macro expansion: " + after.first_error(), s.evidence);
+    }
   }
 
   // -- compile
@@ -179,50 +194,90 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   }
 
   // -- numerics
+  // One call on `in` (set's values, possibly in other buffers) into `outs`, judged against set's
+  // references: outputs and scratch poisoned first, inputs unchanged after, every output within
+  // budget. `label` names the call in the evidence.
+  auto call_and_compare = [&](const InputSet& set, const std::vector<at::Tensor>& in, std::vector<at::Tensor>& outs,
+                              Stage& s, const std::string& label, int call_no) -> bool {
+    InputGuard guard(in);
+    std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
+    m.poison(outs, scratch);
+    m.scrub_smem();
+    at(s.name, set.name, call_no);
+    Status ls = m.launch(*launcher, spec, in, outs, scratch);
+    if (!ls) {
+      reject(s, "launch failed: " + ls.message(), {{"set", set.name}, {"call", label}, {"error", ls.to_string()}});
+      return false;
+    }
+    Status ss = m.sync();
+    if (!ss) {
+      reject(s, ss.message(), {{"set", set.name}, {"call", label}, {"error", ss.to_string()}});
+      return false;
+    }
+    for (size_t k = 0; k < in.size(); ++k)
+      if (!guard.unchanged(k, in[k])) {
+        reject(s, "the kernel wrote into its input '" + c.inputs[k].name + "'", {{"set", set.name}, {"input", c.inputs[k].name}});
+        return false;
+      }
+    for (size_t j = 0; j < outs.size(); ++j) {
+      auto bad = compare(c.outputs[j].name, outs[j], set.ref[j], set.ref64[j], set.budget[j], set.tau[j], set.care,
+                         set.denormal_in);
+      if (bad) {
+        (*bad)["set"] = set.name;
+        (*bad)["call"] = label;
+        (*bad)["eager_error"] = set.eager_err[j];
+        std::string summary = "set '" + set.name + "' (" + label + ") output " + c.outputs[j].name + " " +
+                              bad->value("check", std::string("mismatch")) + " at " + bad->value("index", std::string("?")) +
+                              ": expected " + num(bad->value("expected", 0.0)) + ", got " + num(bad->value("actual", 0.0));
+        reject(s, summary, *bad);
+        return false;
+      }
+    }
+    return true;
+  };
   auto check_set = [&](const InputSet& set, Stage& s, int repeats) -> bool {
     std::vector<at::Tensor> first;
     for (int r = 0; r < repeats; ++r) {
-      InputGuard guard(set.inputs);
       std::vector<at::Tensor> outs = m.alloc_outputs();
-      std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
-      m.poison(outs, scratch);
-      m.scrub_smem();
-      at(s.name, set.name, r + 1);
-      Status ls = m.launch(*launcher, spec, set.inputs, outs, scratch);
-      if (!ls) {
-        reject(s, "launch failed: " + ls.message(), {{"set", set.name}, {"error", ls.to_string()}});
-        return false;
-      }
-      Status ss = m.sync();
-      if (!ss) {
-        reject(s, ss.message(), {{"set", set.name}, {"error", ss.to_string()}});
-        return false;
-      }
-      for (size_t k = 0; k < set.inputs.size(); ++k)
-        if (!guard.unchanged(k, set.inputs[k])) {
-          reject(s, "the kernel wrote into its input '" + c.inputs[k].name + "'", {{"set", set.name}, {"input", c.inputs[k].name}});
-          return false;
-        }
-      for (size_t j = 0; j < outs.size(); ++j) {
-        auto bad = compare(c.outputs[j].name, outs[j], set.ref[j], set.ref64[j], set.budget[j], set.tau[j], set.care,
-                           set.denormal_in);
-        if (bad) {
-          (*bad)["set"] = set.name;
-          (*bad)["call"] = r + 1;
-          (*bad)["eager_error"] = set.eager_err[j];
-          std::string summary = "set '" + set.name + "' output " + c.outputs[j].name + " " +
-                                bad->value("check", std::string("mismatch")) + " at " + bad->value("index", std::string("?")) +
-                                ": expected " + num(bad->value("expected", 0.0)) + ", got " + num(bad->value("actual", 0.0));
-          reject(s, summary, *bad);
-          return false;
-        }
-      }
+      if (!call_and_compare(set, set.inputs, outs, s, "call " + std::to_string(r + 1), r + 1)) return false;
       if (r == 0) first = outs;
       else
         for (size_t j = 0; j < outs.size(); ++j)
           if (!same_bits(outs[j], first[j])) s.evidence["bitwise_deterministic"] = false;
     }
     return true;
+  };
+  // Buffer reuse, as a training loop does it: one set of input buffers, refilled in place with
+  // another input set's values, outputs first at the same addresses and then at new ones. A result
+  // that depends on addresses or on earlier calls (a memo keyed by pointer, a cache of the last
+  // result in static or __device__ memory, however it is declared) fails here.
+  auto check_reuse = [&](Stage& s) -> bool {
+    const int ia = m.normal_index();
+    int ib = -1;
+    for (size_t i = 0; i < m.sets.size(); ++i)
+      if (static_cast<int>(i) != ia && m.sets[i].name != "captured" && m.sets[i].name != "special" && ib < 0)
+        ib = static_cast<int>(i);
+    if (ia < 0 || ib < 0) return true;
+    std::vector<at::Tensor> in;
+    std::vector<at::Tensor> outs = m.alloc_outputs();
+    {   // a streamed set A is released before B is built: one set's tensors at a time
+      InputSet ta;
+      auto a = m.acquire(ia, &ta);
+      if (!a) return true;
+      for (size_t k = 0; k < c.inputs.size(); ++k) {
+        const at::Tensor& src = a.value()->inputs[k];
+        in.push_back(src.defined() ? empty_like_meta(c.inputs[k], m.dev).copy_(src) : at::Tensor());
+      }
+      if (!call_and_compare(*a.value(), in, outs, s, "reused buffers, first fill", 1)) return false;
+    }
+    InputSet tb;
+    auto b = m.acquire(ib, &tb);
+    if (!b) return true;
+    for (size_t k = 0; k < in.size(); ++k)
+      if (in[k].defined()) in[k].copy_(b.value()->inputs[k]);
+    if (!call_and_compare(*b.value(), in, outs, s, "same buffers refilled, same outputs", 2)) return false;
+    std::vector<at::Tensor> moved = m.alloc_outputs();
+    return call_and_compare(*b.value(), in, moved, s, "same buffers refilled, new outputs", 3);
   };
   try {
     auto t0 = Clock::now();
@@ -244,8 +299,13 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
       sets.push_back({{"set", set.name}, {"outputs", b}});
     }
     s.evidence["sets"] = sets;
+    if (!check_reuse(s)) {
+      s.millis = ms_since(t0);
+      sandboxed();
+      return v;
+    }
     s.millis = ms_since(t0);
-    s.summary = std::to_string(m.sets.size()) + " input sets within budget";
+    s.summary = std::to_string(m.sets.size()) + " input sets within budget, buffers reused";
     if (sandboxed()) return v;
   } catch (const std::exception& e) {
     Stage& s = v.stages.back();

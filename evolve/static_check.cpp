@@ -38,7 +38,10 @@ bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c 
 
 // The source after line splicing with views of equal length; line[i] is the original line of text[i].
 struct Views {
-  std::string text, nocomment, code, quoted, decl;
+  // quoted: what the string rules read (asm operands, attributes, pragmas, preprocessor lines
+  // other than #include); includes: the #include lines alone, for the include allowlist, so that
+  // naming a header (<mma.h>) is never read as using what it declares.
+  std::string text, nocomment, code, quoted, decl, includes;
   std::vector<int> line;
   std::vector<std::string> original;   // original lines, for Finding::text
 };
@@ -122,12 +125,16 @@ Views make_views(const std::string& src) {
   v.decl = v.code;
   for (size_t i = 0; i < n; ++i)
     if (t[i] == '\n') v.quoted[i] = '\n';
-  for (size_t ls = 0; ls < n;) {   // preprocessor lines: quoted keeps them, decl drops them
+  v.includes = v.quoted;
+  static const std::regex kIncludeLine(R"(^\s*#\s*include\b)");
+  for (size_t ls = 0; ls < n;) {   // preprocessor lines: quoted (or includes) keeps them, decl drops them
     size_t le = t.find('\n', ls);
     if (le == std::string::npos) le = n;
     size_t f = v.code.find_first_not_of(" \t", ls);
     if (f < le && v.code[f] == '#') {
-      std::copy(v.nocomment.begin() + ls, v.nocomment.begin() + le, v.quoted.begin() + ls);
+      const bool include = std::regex_search(v.code.substr(ls, le - ls), kIncludeLine);
+      std::string& dest = include ? v.includes : v.quoted;
+      std::copy(v.nocomment.begin() + ls, v.nocomment.begin() + le, dest.begin() + ls);
       blank(v.decl, ls, le);
     }
     ls = le + 1;
@@ -290,7 +297,7 @@ void add(StaticReport& r, const Views& v, const Rule& rule, const char* severity
 
 void check_includes(StaticReport& r, const Views& v, const Rule& rule, const Ctx& c) {
   static const std::regex kInclude(R"re(#\s*include\s*(<([^>\n]*)>|"([^"\n]*)"|[^\n]*))re");
-  for (auto it = std::sregex_iterator(v.quoted.begin(), v.quoted.end(), kInclude); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(v.includes.begin(), v.includes.end(), kInclude); it != std::sregex_iterator(); ++it) {
     std::string name = (*it)[2].matched ? (*it)[2].str() : (*it)[3].matched ? (*it)[3].str() : "";
     bool ok;
     if (!c.cuda) ok = kCpuIncludes.count(name) > 0;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evolve/preprocess.h"
 #include "evolve/static_check.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
@@ -274,6 +275,38 @@ TEST(StaticCheckCorpus, EveryCudaKernelCompilesWithNvrtc) {
     ++n;
   }
   EXPECT_GE(n, 20);
+}
+
+}  // namespace
+}  // namespace kc::evolve
+
+namespace kc::evolve {
+namespace {
+
+// An include names a header; only using what it declares is judged (issue: <mma.h> alone in an
+// honest fp32 kernel was rejected as tensor-core).
+TEST(StaticCheck, AnIncludeAloneIsNotUse) {
+  const std::string honest = "#include <mma.h>\n__global__ void k(float* o) { o[threadIdx.x] = 1.0f; }\n";
+  EXPECT_TRUE(cuda(honest).ok()) << cuda(honest).to_json().dump();
+  EXPECT_FALSE(cuda("#include <mma.h>\n__device__ void f() { wmma::fragment<int, 16, 16, 16, float> a; }\n").ok());
+  EXPECT_FALSE(cuda("#include <not_a_kernel_header.h>\n__global__ void k() {}\n").ok()) << "the allowlist still holds";
+}
+
+// Macros expanded before the rules run: a memo declared through `#define PERSISTENT static` or a
+// pasted `sta##tic` reads as what the compiler sees.
+TEST(StaticCheck, MacrosAreExpandedBeforeTheRules) {
+  const std::string hidden = "#include <cstdint>\n#define PERSISTENT static\n#define KEEP(a, b) a##b\n"
+                             "PERSISTENT float memo[16];\nKEEP(sta, tic) int calls;\n"
+                             "extern \"C\" void k(const void* ctx, void* const* args) { memo[0] += 1; ++calls; }\n";
+  auto expanded = expand_macros(hidden);
+  ASSERT_TRUE(expanded.is_ok()) << expanded.status().to_string();
+  EXPECT_EQ(expanded.value().find("#include"), std::string::npos) << "includes are blanked, not expanded";
+  EXPECT_NE(expanded.value().find("static float memo[16];"), std::string::npos) << expanded.value();
+  EXPECT_NE(expanded.value().find("static int calls;"), std::string::npos) << expanded.value();
+  StaticReport rep = static_check(expanded.value(), "cpu", "fp32", {"f32"}, 100);
+  EXPECT_FALSE(rep.ok());
+  EXPECT_NE(rep.first_error().find("device-state"), std::string::npos) << rep.first_error();
+  EXPECT_EQ(expand_macros("#if\n").status().code(), Code::kCompileError) << "a source that does not preprocess";
 }
 
 }  // namespace
