@@ -118,7 +118,9 @@ def test_planted_bad_candidates_never_reach_the_cache(tmp_path):
     assert out["waited"] and out["same"]
     st = search_state(cache, out["key"])
     by_family = {t["family"]: t for t in st["tried"]}
-    assert by_family["cpu.planted_fault"]["verdict"] == "crash"
+    # The crash is replayed under AddressSanitizer on the set it died on, which names the access.
+    fault = by_family["cpu.planted_fault"]
+    assert fault["verdict"] == "crash" or (fault["verdict"] == "rejected" and fault["stage"] == "sanitizer"), fault
     assert by_family["cpu.planted_hang"]["verdict"] == "timeout"
     assert by_family["cpu.planted_wrong"]["verdict"] == "rejected"
     assert by_family["cpu.planted_wrong"]["stage"] == "numerics"
