@@ -158,8 +158,13 @@ def test_many_threads_while_the_cache_changes(tmp_path):
         torch.relu(x)
         kc.put_kernel([k for k in kc.missed_keys() if 'aten::relu' in k][0], src, spec)
         bad = []
+        # The workers keep going until the main thread has stored a few kernels: on a fast machine
+        # 150 iterations ended before the second put (the test's point is calls racing the puts).
+        enough = threading.Event()
         def work(t):
-            for i in range(150):
+            i = 0
+            while i < 150 or (not enough.is_set() and i < 5000):
+                i += 1
                 for y in (x, torch.randn(50 + (i * 7 + t) % 40, 3)):
                     if not torch.equal(torch.relu(y), y.clamp_min(0)):
                         bad.append((t, i))
@@ -174,6 +179,8 @@ def test_many_threads_while_the_cache_changes(tmp_path):
                 kc.put_kernel(keys[stored], src, spec); stored += 1
             else:
                 kc.forget()
+            if stored >= 3:
+                enough.set()
             time.sleep(0.01)
         for th in threads: th.join()
         s = json.loads(kc.status())["ops"]["relu"]
