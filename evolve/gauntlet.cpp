@@ -220,8 +220,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
         return false;
       }
     for (size_t j = 0; j < outs.size(); ++j) {
-      auto bad = compare(c.outputs[j].name, outs[j], set.ref[j], set.ref64[j], set.budget[j], set.tau[j], set.care,
-                         set.denormal_in);
+      auto bad = compare(c.outputs[j].name, outs[j], set, j);
       if (bad) {
         (*bad)["set"] = set.name;
         (*bad)["call"] = label;
@@ -295,7 +294,8 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
         return v;
       }
       nlohmann::json b = nlohmann::json::array();
-      for (size_t j = 0; j < set.budget.size(); ++j) b.push_back({{"budget", set.budget[j]}, {"eager_error", set.eager_err[j]}});
+      for (size_t j = 0; j < set.budget.size(); ++j) b.push_back({{"budget", set.budget[j]}, {"eager_error", set.eager_err[j]}, {"ratio", set.worst[j]},
+                     {"eager_ratio", set.eager_ratio[j]}});
       sets.push_back({{"set", set.name}, {"outputs", b}});
     }
     s.evidence["sets"] = sets;
@@ -399,6 +399,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     fresh.budget = normal->budget;
     fresh.tau = normal->tau;
     fresh.eager_err = normal->eager_err;
+    attach_tolerance(c, fresh);   // the error model from the fresh inputs; eager's evidence from normal's
     if (!check_set(fresh, s, 2) || !check_set(*normal, s, 1)) {
       s.millis = ms_since(t0);
       sandboxed();

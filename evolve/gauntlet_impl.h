@@ -65,7 +65,7 @@ struct Gauntlet::Impl {
     if (!set) return set.status();
     InputSet& s = set.value();
     if (!resident) {   // keep the budgets; the tensors are rebuilt when needed
-      s.inputs.clear(); s.ref.clear(); s.ref64.clear();
+      s.inputs.clear(); s.ref.clear(); s.ref64.clear(); s.tol.clear();
       s.care = at::Tensor(); s.denormal_in = at::Tensor();
     }
     sets.push_back(std::move(s));
