@@ -28,10 +28,12 @@ at::Tensor chunk_of(const at::Tensor& mask, int64_t numel, int64_t off, int64_t 
   return flat(mask).narrow(0, off, len);
 }
 
-}  // namespace
-
-double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where,
-               const at::Tensor& care) {
+// max_i |x - r64| / scale(off, len, r64 chunk) over the compared elements (eager and fp64 finite,
+// `care` where defined), chunk by chunk; *where gets the flat index of the maximum. A NaN
+// candidate where eager is finite counts as infinitely far. rel_err's and tol_ratio's one loop.
+template <class Scale>
+double worst_scaled_error(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, const at::Tensor& care,
+                          int64_t* where, Scale scale) {
   const int64_t n = x.numel();
   at::Tensor xf = flat(x), rf = flat(ref), r64f = flat(r64);
   double worst = 0;
@@ -41,8 +43,8 @@ double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64
     at::Tensor r = r64f.narrow(0, off, len);
     at::Tensor ok = at::isfinite(rf.narrow(0, off, len)) & at::isfinite(r);
     if (at::Tensor c = chunk_of(care, n, off, len); c.defined()) ok &= c;
-    at::Tensor e = (xf.narrow(0, off, len).to(at::kDouble) - r).abs_().div_(r.abs() + tau);
-    e.masked_fill_(at::isnan(e), INFINITY);   // candidate NaN where eager is finite
+    at::Tensor e = (xf.narrow(0, off, len).to(at::kDouble) - r).abs_().div_(scale(off, len, r));
+    e.masked_fill_(at::isnan(e), INFINITY);
     e.masked_fill_(ok.logical_not(), 0);
     const int64_t i = e.argmax().item<int64_t>();
     const double v = e[i].item<double>();
@@ -50,6 +52,14 @@ double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64
   }
   if (where) *where = worst_at;
   return worst;
+}
+
+}  // namespace
+
+double rel_err(const at::Tensor& x, const at::Tensor& ref, const at::Tensor& r64, double tau, int64_t* where,
+               const at::Tensor& care) {
+  return worst_scaled_error(x, ref, r64, care, where,
+                            [tau](int64_t, int64_t, const at::Tensor& r) { return r.abs() + tau; });
 }
 
 namespace {
@@ -103,24 +113,9 @@ namespace {
 // max_i |x - r64| / tol over the compared elements (eager and fp64 finite, `care`); the flat index
 // of the maximum in *where. A NaN candidate where eager is finite counts as infinitely far.
 double tol_ratio(const at::Tensor& x, const InputSet& set, size_t j, const at::Tensor& tol, int64_t* where) {
-  const int64_t n = x.numel();
-  at::Tensor xf = flat(x), rf = flat(set.ref[j]), r64f = flat(set.ref64[j]), tf = flat(tol);
-  double worst = 0;
-  int64_t worst_at = 0;
-  for (int64_t off = 0; off < n; off += kChunk) {
-    const int64_t len = std::min(kChunk, n - off);
-    at::Tensor r = r64f.narrow(0, off, len);
-    at::Tensor ok = at::isfinite(rf.narrow(0, off, len)) & at::isfinite(r);
-    if (at::Tensor c = chunk_of(set.care, n, off, len); c.defined()) ok &= c;
-    at::Tensor e = (xf.narrow(0, off, len).to(at::kDouble) - r).abs_().div_(tf.narrow(0, off, len).to(at::kDouble));
-    e.masked_fill_(at::isnan(e), INFINITY);
-    e.masked_fill_(ok.logical_not(), 0);
-    const int64_t i = e.argmax().item<int64_t>();
-    const double v = e[i].item<double>();
-    if (off == 0 || v > worst) worst = v, worst_at = off + i;
-  }
-  if (where) *where = worst_at;
-  return worst;
+  at::Tensor tf = flat(tol);
+  return worst_scaled_error(x, set.ref[j], set.ref64[j], set.care, where,
+                            [&tf](int64_t off, int64_t len, const at::Tensor&) { return tf.narrow(0, off, len).to(at::kDouble); });
 }
 
 // The tolerance of a set without one (budget * (|r64| + tau)), chunk by chunk into a float32 tensor.
