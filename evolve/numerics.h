@@ -1,6 +1,7 @@
 // Numerics of the gauntlet: an input set with its eager and fp64 references and error budgets,
 // and the comparison of a candidate's output against them (evolve/gauntlet.h, stage "numerics").
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,10 @@
 #include "runtime/status.h"
 
 namespace kc::evolve {
+
+// The numerics work over flat chunks (or chunks of rows) of this many elements, so their fp64
+// temporaries stay a fixed size whatever the key (numerics.cpp, error_model.cpp).
+constexpr int64_t kNumericsChunk = int64_t{1} << 20;
 
 struct InputSet {
   std::string name;
