@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine (see docs/GPU_MACHINE.md): build against its torch with the carried
 # sysroot (.device-deps), then the stages named on the command line (default: all). Logs to $OUT.
-#   OUT=... scripts/device_run.sh [tests] [cpu] [quickstart] [corpus] [gauntlet] [evolve] [train] [perf]
+#   OUT=... scripts/device_run.sh [tests] [cpu] [quickstart] [corpus] [corpus-sandbox] [shadow] [gauntlet] [evolve] [train] [perf]
 set -uo pipefail
 FINAL=${OUT:-/tmp/kc-out}; OUT=$(mktemp -d)/logs; mkdir -p "$OUT" "$FINAL"
 # The device tool returns a handful of files: everything goes into one tarball at the end.
@@ -22,7 +22,7 @@ if has tests; then
   t=$(date +%s)
   ctest --test-dir $B --output-on-failure -j 8 --timeout 900 -L gpu -E corpus > "$OUT/ctest.log" 2>&1; echo "ctest gpu rc=$? ($(( $(date +%s) - t )) s)"
   grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -30
-  KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTESTS:-tests/python/test_cuda.py tests/python/test_evolution_cuda.py} > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
+  KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTESTS:--m gpu tests/python} > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
   tail -15 "$OUT/pytest_gpu.log"
 fi
 if has cpu; then        # the CPU suites too (this compiler and libstdc++ are not CI's)
@@ -39,6 +39,19 @@ if has corpus; then
   t=$(date +%s)
   python3 tests/corpus/run_corpus.py --backend cuda --jobs 8 --cli "$CLI" --json-out "$OUT/corpus_cuda.json" > "$OUT/corpus_cuda.log" 2>&1; echo "corpus cuda rc=$? ($(( $(date +%s) - t )) s)"
   tail -45 "$OUT/corpus_cuda.log"
+  python3 tests/corpus/margins.py "$OUT/corpus_cuda.json" > "$OUT/margins_cuda.md" 2>&1; echo "margins rc=$?"; cat "$OUT/margins_cuda.md"
+fi
+if has corpus-sandbox; then   # the same corpus with every evaluation child under the seccomp filter
+  t=$(date +%s)
+  KERNELCRAFT_EVOLVE_SANDBOX=all python3 tests/corpus/run_corpus.py --backend cuda --jobs 8 --cli "$CLI" \
+    --json-out "$OUT/corpus_cuda_sandbox.json" > "$OUT/corpus_cuda_sandbox.log" 2>&1; echo "corpus cuda sandbox=all rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E "MISSED|FALSE-REJECT|ERROR|rejected|passed" "$OUT/corpus_cuda_sandbox.log" | tail -12
+fi
+if has shadow; then     # what the live check costs the training example (docs/PERF.md)
+  t=$(date +%s)
+  python3 benchmarks/shadow_cost.py --lib "$LIB" --prepare-wait ${SHADOW_PREPARE_S:-240} --rounds ${SHADOW_ROUNDS:-3} \
+    --out "$OUT/shadow_cost.json" > "$OUT/shadow_cost.log" 2>&1; echo "shadow cost rc=$? ($(( $(date +%s) - t )) s)"
+  tail -30 "$OUT/shadow_cost.log"
 fi
 if has gauntlet; then   # the whole gauntlet for one candidate at training size, timed
   python3 benchmarks/gauntlet_time.py --cli "$CLI" --out "$OUT/gauntlet_time.json" > "$OUT/gauntlet_time.log" 2>&1; echo "gauntlet time rc=$?"
