@@ -34,7 +34,7 @@ nlohmann::json SandboxPolicy::to_json() const {
 }
 
 nlohmann::json SandboxViolation::to_json() const {
-  return {{"syscall", name}, {"number", syscall}, {"attempts", attempts}};
+  return {{"syscall", name}, {"number", syscall}, {"attempts", attempts}, {"args", {args[0], args[1], args[2]}}};
 }
 
 SandboxPolicy sandbox_policy(EvolveSandbox mode, bool cuda, int64_t cpu_seconds) {
@@ -60,6 +60,7 @@ namespace {
 // What the SIGSYS handler saw; written from signal context, so atomics only.
 std::atomic<int64_t> g_denied{0};
 std::atomic<int> g_first_denied{-1};
+std::atomic<uint64_t> g_first_args[3];
 
 Status set_limit(int resource, rlim_t soft, rlim_t hard, const char* name) {
   struct rlimit cur{};
@@ -146,12 +147,17 @@ constexpr bool kCanTrap = true;
 void on_sigsys(int, siginfo_t* si, void* uc_void) {
   auto* uc = static_cast<ucontext_t*>(uc_void);
 #if defined(__x86_64__)
+  const uint64_t args[3] = {static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RDI]),
+                            static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RSI]),
+                            static_cast<uint64_t>(uc->uc_mcontext.gregs[REG_RDX])};
   uc->uc_mcontext.gregs[REG_RAX] = -EPERM;
 #else
+  const uint64_t args[3] = {uc->uc_mcontext.regs[0], uc->uc_mcontext.regs[1], uc->uc_mcontext.regs[2]};
   uc->uc_mcontext.regs[0] = static_cast<unsigned long long>(-EPERM);
 #endif
   int none = -1;
-  g_first_denied.compare_exchange_strong(none, si->si_syscall);
+  if (g_first_denied.compare_exchange_strong(none, si->si_syscall))
+    for (int i = 0; i < 3; ++i) g_first_args[i].store(args[i]);   // evidence: which limit, which flags
   g_denied.fetch_add(1);
 }
 #else
@@ -207,8 +213,13 @@ void add_process_rules(FilterBuilder& f) {
 }
 
 void add_limit_and_kernel_rules(FilterBuilder& f) {
-  f.rule("setrlimit");
-  f.rule("prlimit64", {arg(2, SCMP_CMP_NE, 0)});   // reading a limit (new == NULL) stays
+  // The limits the sandbox sets may not change; others (the CUDA driver raises RLIMIT_NOFILE's soft
+  // limit when it starts) may, for this process only. Reading any limit (new == NULL) stays.
+  for (uint64_t r : {RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_CORE, RLIMIT_AS}) {
+    f.rule("setrlimit", {arg(0, SCMP_CMP_EQ, r)});
+    f.rule("prlimit64", {arg(1, SCMP_CMP_EQ, r), arg(2, SCMP_CMP_NE, 0)});
+  }
+  f.rule("prlimit64", {arg(0, SCMP_CMP_NE, 0), arg(2, SCMP_CMP_NE, 0)});   // another process's limits
   // Kernel facilities no kernel evaluation needs; io_uring would open files past the filter, SysV
   // IPC objects and message queues outlive the process, keys and modules are not ours to touch.
   f.rules({"io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open", "userfaultfd",
@@ -312,6 +323,7 @@ std::optional<SandboxViolation> take_sandbox_violation() {
   v.syscall = first;
   v.name = syscall_name(first);
   v.attempts = n;
+  for (int i = 0; i < 3; ++i) v.args[i] = g_first_args[i].load();
   return v;
 }
 

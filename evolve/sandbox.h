@@ -10,7 +10,8 @@
 //               descriptors already open (the protocol's pipes, stderr, the memfd a kernel loads from)
 //   network     no sockets (the CUDA variant keeps AF_UNIX, which the driver may use)
 //   limits      RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_CORE = 0; the address-space cap (memory_cap.h) made
-//               hard; setrlimit/prlimit that would change a limit are denied
+//               hard; setrlimit/prlimit that would change one of these, or another process's
+//               limits, are denied (others stay: the CUDA driver raises its descriptor limit)
 // A denied system call returns EPERM and is recorded (take_sandbox_violation), so the gauntlet
 // rejects the candidate with the call's name as evidence: its forbidden action did not happen.
 // The filter is a seccomp program built with libseccomp (loaded with dlopen; without it, or where
@@ -61,6 +62,7 @@ struct SandboxViolation {
   int syscall = -1;                 // the first denied call's number
   std::string name;                 // ... and its name ("mkdir"), or "syscall <n>"
   int64_t attempts = 0;             // denied calls since the last take
+  uint64_t args[3] = {0, 0, 0};     // the first denied call's first three arguments
   nlohmann::json to_json() const;
 };
 // The system calls the filter denied since the last call (nullopt: none), and resets the record.

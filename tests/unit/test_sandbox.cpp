@@ -188,9 +188,26 @@ TEST(Sandbox, NoNetworkNoSignalsToOthersNoLimitChanges) {
     bad |= eperm(setrlimit(RLIMIT_AS, &rl)) << 7;
     bad |= eperm(syscall(SYS_ptrace, 16 /* PTRACE_ATTACH */, getppid(), 0, 0)) << 8;
     bad |= eperm(syscall(SYS_io_uring_setup, 1, nullptr)) << 9;
+    bad |= eperm(setrlimit(RLIMIT_CPU, &rl)) << 10;
+    struct rlimit files{};
+    getrlimit(RLIMIT_NOFILE, &files);
+    bad |= eperm(prlimit(getppid(), RLIMIT_NOFILE, &files, nullptr)) << 11;   // another process's limit
     return bad;
   };
   EXPECT_SANDBOXED(hostile);
+}
+
+// What the CUDA driver does when it starts: raise its own descriptor limit to the hard limit.
+TEST(Sandbox, OwnLimitsTheSandboxDoesNotSetMayChange) {
+  auto honest = [&] {
+    struct rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 1;
+    files.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0) return 2;
+    if (take_sandbox_violation()) return 3;
+    return 0;
+  };
+  EXPECT_SANDBOXED(honest);
 }
 
 TEST(Sandbox, LoadingAKernelFromAMemfdStillWorks) {
