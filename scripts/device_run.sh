@@ -25,6 +25,11 @@ if has tests; then
   KERNELCRAFT_LIB=$LIB KERNELCRAFT_CLI=$CLI python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTESTS:--m gpu tests/python} > "$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
   tail -15 "$OUT/pytest_gpu.log"
 fi
+if has unit; then       # the CPU GoogleTests alone (this compiler and libstdc++ are not CI's)
+  t=$(date +%s)
+  ctest --test-dir $B --output-on-failure -j 12 --timeout 600 -L unit > "$OUT/ctest_unit.log" 2>&1; echo "ctest unit rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest_unit.log" | head -30
+fi
 if has cpu; then        # the CPU suites too (this compiler and libstdc++ are not CI's)
   t=$(date +%s)
   ctest --test-dir $B --output-on-failure -j 12 --timeout 900 -L "unit|python" > "$OUT/ctest_cpu.log" 2>&1; echo "ctest cpu rc=$? ($(( $(date +%s) - t )) s)"
@@ -49,9 +54,10 @@ if has corpus-sandbox; then   # the same corpus with every evaluation child unde
 fi
 if has shadow; then     # what the live check costs the training example (docs/PERF.md)
   t=$(date +%s)
+  python3 benchmarks/shadow_calls.py --lib "$LIB" > "$OUT/shadow_calls.log" 2>&1; echo "shadow calls rc=$?"; head -c 600 "$OUT/shadow_calls.log"
   python3 benchmarks/shadow_cost.py --lib "$LIB" --prepare-wait ${SHADOW_PREPARE_S:-240} --rounds ${SHADOW_ROUNDS:-3} \
-    --out "$OUT/shadow_cost.json" > "$OUT/shadow_cost.log" 2>&1; echo "shadow cost rc=$? ($(( $(date +%s) - t )) s)"
-  tail -30 "$OUT/shadow_cost.log"
+    --steps ${SHADOW_STEPS:-60} --out "$OUT/shadow_cost.json" > "$OUT/shadow_cost.log" 2>&1; echo "shadow cost rc=$? ($(( $(date +%s) - t )) s)"
+  grep -E "round|overhead|pct" "$OUT/shadow_cost.log"
 fi
 if has gauntlet; then   # the whole gauntlet for one candidate at training size, timed
   python3 benchmarks/gauntlet_time.py --cli "$CLI" --out "$OUT/gauntlet_time.json" > "$OUT/gauntlet_time.log" 2>&1; echo "gauntlet time rc=$?"

@@ -105,5 +105,7 @@ def test_cuda_verification_under_the_full_sandbox(tmp_path, name, expect_rc):
                        "--source", CORPUS / (name + ".cu"), "--launch", CORPUS / (name + ".json"),
                        "--backend", "cuda", "--json", env={"KERNELCRAFT_EVOLVE_SANDBOX": "all"}, timeout=600)
     assert rc == expect_rc, out[-3000:] + err[-3000:]
+    verdict = json.loads(out)
+    assert verdict["stage"] != "sandbox", verdict["summary"]   # what CUDA itself does is not a violation
     if expect_rc == 1:
-        assert json.loads(out)["stage"] == entry["stage"], out[-3000:]
+        assert verdict["stage"] in ("numerics", "sanitizer"), verdict["summary"]
