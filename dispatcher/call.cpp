@@ -305,7 +305,7 @@ bool Call::judge_shadow(const LoadedKernel& k, const std::vector<at::Tensor>& ou
   State& st = State::get();
   ShadowVerdict v;
   try {
-    v = compare_outputs(outs, eager_outs, *k.record);
+    v = compare_outputs(outs, eager_outs, *k.record, st.table().dir());
   } catch (const std::exception& e) {
     // Not checked (e.g. no memory for the comparison): eager's result is the one known to be right.
     log_once(LogLevel::kWarn, "shadow-error:" + key_, std::string("live check could not compare (") + e.what() +

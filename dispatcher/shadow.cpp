@@ -3,12 +3,15 @@
 #include "dispatcher/shadow.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -16,6 +19,9 @@
 
 #include "dispatcher/call.h"
 #include "kernel_cache/disable.h"
+#include "kernel_cache/key.h"
+#include "kernel_cache/live_compare.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/fork.h"
 #include "runtime/log.h"
 
@@ -76,13 +82,100 @@ double cpu_bound_f32(const at::Tensor& x, const at::Tensor& r) {
   return *std::max_element(part.begin(), part.end());
 }
 
+std::atomic<uint64_t> g_fused{0};   // outputs bounded by the CUDA comparison kernel
+
+// The same bound on a CUDA device with the comparison kernel of kernel_cache/live_compare.h: three
+// launches and one 32-byte copy. One module per (device, dtype, size), since a resolved spec fixes
+// its arguments; a key's outputs keep their sizes, so that is a load or two per key and process.
+class FusedBound {
+ public:
+  static FusedBound& get() {
+    static constinit PerFork<FusedBound> f;   // never destroyed: modules stay loaded to the end
+    return f.get();
+  }
+
+  // nullopt: not available here (no kernel in the cache, a dtype or layout it does not take, a
+  // failed load or launch); the caller bounds with ATen ops instead.
+  std::optional<double> bound(const at::Tensor& x, const at::Tensor& r, const std::string& dir, const std::string& target) {
+    const char* suffix = dtype_suffix(r.scalar_type());
+    if (!suffix || !cuda_hooks().stream || dir.empty() || !x.is_contiguous() || !r.is_contiguous()) return std::nullopt;
+    const int device = r.device().index();
+    Launcher* l = launcher(device, r.numel(), suffix, dir, target);
+    if (!l) return std::nullopt;
+    const at::Tensor acc = at::empty({4}, r.options().dtype(at::kDouble));
+    void* ptrs[3] = {acc.data_ptr(), const_cast<void*>(x.data_ptr()), const_cast<void*>(r.data_ptr())};
+    ExecContext ctx;
+    ctx.stream = cuda_hooks().stream(device);
+    if (Status s = l->run(ptrs, ctx); !s) {
+      log_once(LogLevel::kWarn, "live-compare-run", "live check: the comparison kernel failed (" + s.to_string() +
+                                                        "); comparing with ATen ops");
+      return std::nullopt;
+    }
+    const at::Tensor h = acc.cpu();
+    const double* p = h.data_ptr<double>();
+    g_fused.fetch_add(1, std::memory_order_relaxed);
+    return p[1] > 0 ? std::numeric_limits<double>::infinity() : p[2];
+  }
+
+ private:
+  static const char* dtype_suffix(at::ScalarType t) {
+    switch (t) {
+      case at::kFloat: return "f32";
+      case at::kDouble: return "f64";
+      case at::kHalf: return "f16";
+      case at::kBFloat16: return "bf16";
+      default: return nullptr;
+    }
+  }
+
+  Launcher* launcher(int device, int64_t n, const char* suffix, const std::string& dir, const std::string& target) {
+    std::lock_guard<std::mutex> g(mu_);
+    const std::string id = std::to_string(device) + "/" + suffix + "/" + std::to_string(n);
+    if (auto it = launchers_.find(id); it != launchers_.end()) return it->second.get();
+    if (launchers_.size() >= kMaxModules) return nullptr;
+    auto cubin = cubins_.find(target);
+    if (cubin == cubins_.end()) {   // read once per process: a later build is for later processes
+      auto b = read_live_compare(dir, target);
+      cubin = cubins_.emplace(target, b ? std::move(b.value()) : std::string()).first;
+    }
+    if (cubin->second.empty()) return nullptr;
+    auto be = cuda_backend(device);
+    if (!be) return nullptr;
+    const int64_t blocks = std::clamp<int64_t>((n + 1023) / 1024, 1, 2048);
+    auto param_ptr = [](int slot) { Param p{Param::Kind::kPtr}; p.slot = slot; return p; };
+    Param len{Param::Kind::kI64};
+    len.imm.i64 = n;
+    ResolvedSpec spec;
+    spec.num_tensor_slots = 3;   // acc, x, r
+    spec.launches = {{"kc_live_zero", {1, 1, 1}, {32, 1, 1}, 0, {param_ptr(0)}},
+                     {std::string("kc_live_sum_") + suffix, {blocks, 1, 1}, {256, 1, 1}, 0, {param_ptr(0), param_ptr(2), len}},
+                     {std::string("kc_live_err_") + suffix, {blocks, 1, 1}, {256, 1, 1}, 0,
+                      {param_ptr(0), param_ptr(1), param_ptr(2), len}}};
+    auto l = be.value()->load(cubin->second, spec);
+    if (!l) {
+      log_once(LogLevel::kWarn, "live-compare-load:" + target, "live check: cannot load the comparison kernel (" +
+                                                                   l.status().to_string() + "); comparing with ATen ops");
+      cubin->second.clear();
+      return nullptr;
+    }
+    return launchers_.emplace(id, std::move(l.value())).first->second.get();
+  }
+
+  static constexpr size_t kMaxModules = 256;
+  std::mutex mu_;
+  std::map<std::string, std::string> cubins_;                       // by target; "" when absent
+  std::map<std::string, std::unique_ptr<Launcher>> launchers_;      // by device/dtype/size
+};
+
 // The common case, cheaply: an upper bound of the largest mixed error, with tau from the mean
 // magnitude instead of the rms (never larger, so the error is never smaller), in a handful of passes
 // and one sync. NaN or infinity anywhere, or a non-finite mean, gives a bound that is not finite.
-double error_bound(const at::Tensor& x, const at::Tensor& r) {
+double error_bound(const at::Tensor& x, const at::Tensor& r, const std::string& dir, const std::string& target) {
   if (r.is_cpu() && x.is_cpu() && r.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat &&
       r.is_contiguous() && x.is_contiguous())
     return cpu_bound_f32(x, r);
+  if (r.is_cuda() && x.is_cuda())
+    if (auto b = FusedBound::get().bound(x, r, dir, target)) return *b;
   const at::ScalarType ct = r.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const at::Tensor xf = x.to(ct), rf = r.to(ct);
   at::Tensor ra = rf.abs();
@@ -124,8 +217,10 @@ void measure(const at::Tensor& x, const at::Tensor& r, ShadowVerdict& v) {
 
 }  // namespace
 
+uint64_t fused_comparisons() { return g_fused.load(std::memory_order_relaxed); }
+
 ShadowVerdict compare_outputs(const std::vector<at::Tensor>& served, const std::vector<at::Tensor>& eager,
-                              const Record& record) {
+                              const Record& record, const std::string& cache_dir) {
   ShadowVerdict v;
   auto fail = [&](int j, const char* check) {
     v.match = false;
@@ -145,7 +240,7 @@ ShadowVerdict compare_outputs(const std::vector<at::Tensor>& served, const std::
       continue;
     }
     const double budget = live_budget(record, j, to_dtype(r.scalar_type()));
-    if (error_bound(x, r) <= budget) continue;   // NaN and infinity fail this, and are looked at below
+    if (error_bound(x, r, cache_dir, key_target(record.key)) <= budget) continue;   // NaN and infinity fail this, and are looked at below
     ShadowVerdict o;
     measure(x, r, o);
     o.budget = budget;

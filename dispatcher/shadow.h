@@ -41,8 +41,12 @@ struct ShadowVerdict {
 // the fp64 reference it has not got here; a non-finite value that eager does not have (or of
 // another kind) counts as an infinite error. Within live_budget(record, j) matches. Neither side
 // is modified. May throw (allocation); the caller treats that as "not checked".
+// On CUDA the bound is one kernel of our own (kernel_cache/live_compare.h) when `cache_dir` holds
+// it for the record's target, and ATen ops otherwise.
 ShadowVerdict compare_outputs(const std::vector<at::Tensor>& served, const std::vector<at::Tensor>& eager,
-                              const Record& record);
+                              const Record& record, const std::string& cache_dir);
+// Outputs this process bounded with that kernel so far.
+uint64_t fused_comparisons();
 
 // Evidence about the inputs of a mismatching call, without the data itself: per tensor its
 // dtype, sizes and, for floating point, min, max, largest magnitude, rms and non-finite count.

@@ -197,7 +197,7 @@ nlohmann::json State::status_json() {
                      {"shadow_checks", tsc}, {"shadow_mismatches", tsm}, {"nondeterministic", tnd},
                      {"calls", th + tm + tf + tp}}},
           {"shadow", {{"calls", shadow_calls()}, {"every", shadow_every()}, {"disabled", tsm},
-                      {"check_ms", static_cast<double>(tus) / 1e3},
+                      {"check_ms", static_cast<double>(tus) / 1e3}, {"fused_outputs", fused_comparisons()},
                       {"cache_writes", disable_status()}}},
           {"determinism_required", determinism_required()},
           {"cache", {{"dir", t.dir()}, {"state", t.store_state()}, {"readonly", c.cache_readonly},

@@ -13,6 +13,7 @@
 
 #include "kernel_cache/bundle_trust.h"
 #include "kernel_cache/key.h"
+#include "kernel_cache/live_compare.h"
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
 #include "runtime/binary_check.h"
@@ -311,7 +312,12 @@ Result<ImportStats> import_impl(Store& store, const std::string& path, const Imp
     if (old && old.value() == value) { ++st.unchanged; continue; }
     if (old && !opts.overwrite) { ++st.kept; continue; }
     if (!old && old.status().code() != Code::kNotFound) return old.status();
-    if (!opts.dry_run) KC_RETURN_IF_ERROR(store.put(label, value));
+    if (!opts.dry_run) {
+      KC_RETURN_IF_ERROR(store.put(label, value));
+      const std::string target = key_target(label);
+      if (rec.value().state == "served" && target.rfind("cuda-", 0) == 0)
+        (void)ensure_live_compare(store.dir(), target);   // absent: live checks compare with ATen ops
+    }
     ++st.imported;
     if (reverified) ++st.reverified;
   }

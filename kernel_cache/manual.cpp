@@ -5,10 +5,12 @@
 #include <ctime>
 
 #include "kernel_cache/key.h"
+#include "kernel_cache/live_compare.h"
 #include "kernel_cache/store.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
+#include "runtime/log.h"
 
 namespace kc {
 
@@ -49,9 +51,17 @@ Result<Record> make_manual_record(const std::string& key, const std::string& sou
 }
 
 Status put_record(const std::string& dir, const Record& r, int lock_wait_ms) {
-  auto store = Store::open(dir, Store::Mode::kWriter, lock_wait_ms);
-  if (!store) return store.status();
-  return store.value()->put(r.key, encode_record(r));
+  {
+    auto store = Store::open(dir, Store::Mode::kWriter, lock_wait_ms);
+    if (!store) return store.status();
+    KC_RETURN_IF_ERROR(store.value()->put(r.key, encode_record(r)));
+  }
+  // A CUDA record will be live-checked where it is served: the comparison kernel goes beside it.
+  const std::string target = key_target(r.key);
+  if (r.state == "served" && target.rfind("cuda-", 0) == 0)
+    if (Status s = ensure_live_compare(dir, target); !s)
+      log_once(LogLevel::kDebug, "live-compare:" + target, "no live-check kernel for " + target + ": " + s.to_string());
+  return Status::ok();
 }
 
 }  // namespace kc

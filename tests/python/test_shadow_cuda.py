@@ -38,6 +38,10 @@ def test_live_check_on_the_device_catches_a_kernel_wrong_on_real_data(fresh_cach
         assert torch.equal(y, real.clamp_min(0))           # eager's result
         c = status()["ops"]["relu"]
         assert c["shadow_checks"] == 2 and c["shadow_mismatches"] == 1 and c["hits"] == 1, c
+        # Both checks were bounded by the comparison kernel stored beside the record (put_kernel
+        # built it): no ATen kernel had to be loaded for them.
+        assert status()["shadow"]["fused_outputs"] >= 2, status()["shadow"]
+        assert (fresh_cache / "live-check").is_dir()
         deadline = time.time() + 20
         while status()["shadow"]["cache_writes"]["written"] < 1 and time.time() < deadline:
             time.sleep(0.05)

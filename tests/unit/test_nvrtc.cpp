@@ -11,27 +11,10 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/fsutil.h"
 #include "runtime/subprocess.h"
+#include "test_util.h"
 
 namespace kc {
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;   // NVRTC's compiles fail under ASan (BUILTIN_OPERATION_FAILURE)
-#else
-constexpr bool kAsan = false;
-#endif
-
-// CI sets KERNELCRAFT_REQUIRE_NVRTC=1: there a missing NVRTC is a failure, not a skip, so the
-// "every shipped CUDA source compiles" check can never pass vacuously.
-#define SKIP_WITHOUT_NVRTC()                                                   \
-  do {                                                                         \
-    if (kAsan) GTEST_SKIP() << "NVRTC does not run under AddressSanitizer";   \
-    auto v = nvrtc_version();                                                  \
-    const char* req = std::getenv("KERNELCRAFT_REQUIRE_NVRTC");                \
-    if (!v.is_ok() && req && std::string(req) == "1")                          \
-      FAIL() << "NVRTC required but not loadable: " << v.status().to_string(); \
-    if (!v.is_ok()) GTEST_SKIP() << "NVRTC not loadable: " << v.status().to_string(); \
-  } while (0)
 
 const char* kRelu = R"J(
 extern "C" __global__ void kc_relu(float* out, const float* in, long long n) {
