@@ -196,12 +196,18 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
   // -- numerics
   // One call on `in` (set's values, possibly in other buffers) into `outs`, judged against set's
   // references: outputs and scratch poisoned first, inputs unchanged after, every output within
-  // budget. `label` names the call in the evidence.
+  // budget. `label` names the call in the evidence. With `kept`, scratch lives on across calls as
+  // it may when served (the caching allocator hands the same block back, not cleared): allocated
+  // and poisoned when `kept` is empty, then passed on as the last call left it.
   auto call_and_compare = [&](const InputSet& set, const std::vector<at::Tensor>& in, std::vector<at::Tensor>& outs,
-                              Stage& s, const std::string& label, int call_no) -> bool {
+                              Stage& s, const std::string& label, int call_no,
+                              std::vector<at::Tensor>* kept = nullptr) -> bool {
     InputGuard guard(in);
-    std::vector<at::Tensor> scratch = m.alloc_scratch(spec);
-    m.poison(outs, scratch);
+    const bool fresh = !kept || kept->size() != spec.scratch_bytes.size();
+    std::vector<at::Tensor> scratch = fresh ? m.alloc_scratch(spec) : *kept;
+    std::vector<at::Tensor> none;
+    m.poison(outs, fresh ? scratch : none);
+    if (kept) *kept = scratch;
     m.scrub_smem();
     at(s.name, set.name, call_no);
     Status ls = m.launch(*launcher, spec, in, outs, scratch);
@@ -247,9 +253,10 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
     return true;
   };
   // Buffer reuse, as a training loop does it: one set of input buffers, refilled in place with
-  // another input set's values, outputs first at the same addresses and then at new ones. A result
-  // that depends on addresses or on earlier calls (a memo keyed by pointer, a cache of the last
-  // result in static or __device__ memory, however it is declared) fails here.
+  // another input set's values, outputs first at the same addresses and then at new ones, and
+  // scratch kept as the previous call left it. A result that depends on addresses or on earlier
+  // calls (a memo keyed by pointer, a cache of the last result in static or __device__ memory or
+  // in scratch, however it is declared) fails here.
   auto check_reuse = [&](Stage& s) -> bool {
     const int ia = m.normal_index();
     int ib = -1;
@@ -257,7 +264,7 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
       if (static_cast<int>(i) != ia && m.sets[i].name != "captured" && m.sets[i].name != "special" && ib < 0)
         ib = static_cast<int>(i);
     if (ia < 0 || ib < 0) return true;
-    std::vector<at::Tensor> in;
+    std::vector<at::Tensor> in, kept;
     std::vector<at::Tensor> outs = m.alloc_outputs();
     {   // a streamed set A is released before B is built: one set's tensors at a time
       InputSet ta;
@@ -267,16 +274,16 @@ Verdict Gauntlet::run(const std::string& source, const nlohmann::json& launch, c
         const at::Tensor& src = a.value()->inputs[k];
         in.push_back(src.defined() ? empty_like_meta(c.inputs[k], m.dev).copy_(src) : at::Tensor());
       }
-      if (!call_and_compare(*a.value(), in, outs, s, "reused buffers, first fill", 1)) return false;
+      if (!call_and_compare(*a.value(), in, outs, s, "reused buffers, first fill", 1, &kept)) return false;
     }
     InputSet tb;
     auto b = m.acquire(ib, &tb);
     if (!b) return true;
     for (size_t k = 0; k < in.size(); ++k)
       if (in[k].defined()) in[k].copy_(b.value()->inputs[k]);
-    if (!call_and_compare(*b.value(), in, outs, s, "same buffers refilled, same outputs", 2)) return false;
+    if (!call_and_compare(*b.value(), in, outs, s, "same buffers refilled, same outputs", 2, &kept)) return false;
     std::vector<at::Tensor> moved = m.alloc_outputs();
-    return call_and_compare(*b.value(), in, moved, s, "same buffers refilled, new outputs", 3);
+    return call_and_compare(*b.value(), in, moved, s, "same buffers refilled, new outputs", 3, &kept);
   };
   try {
     auto t0 = Clock::now();

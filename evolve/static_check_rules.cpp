@@ -8,6 +8,11 @@ const Rule kRules[] = {
   // (1) D26/D27: state that outlives a launch can replay a stored output or drift after N calls.
   {"device-state", Back::kBoth, View::kCode, Check::kDeviceState, nullptr, "error", When::kAlways,
    "mutable state that survives launches (namespace-scope __device__/__managed__ or static variable): D26/D27"},
+  // ... and the same declared in PTX: a module-scope `.global` variable in inline asm (`ld.global.f32`
+  // and the like, instructions, have no space after the state space).
+  {"device-state", Back::kCuda, View::kQuoted, Check::kRegex,
+   R"((^|[^\w.])\.global\s+(\.align\s+\d+\s+)?\.(b|u|s|f)(8|16|32|64)\b)", "error", When::kAlways,
+   "a .global variable declared in inline PTX: mutable state that survives launches (D26/D27)"},
   // (2) D19/D20/D21: precision the policy forbids.
   {"reduced-precision", Back::kBoth, View::kCode, Check::kRegex,
    R"(\b(__half2?|__half_raw|__half2_raw|__float2half\w*|__half2float|__floats2half2\w*|__half22float2|__low2half|__high2half|__h(add|sub|mul|div|fma|neg|abs|max|min|eq|ne|lt|gt|le|ge)2?(_\w+)?|_Float16|__fp16|_cvtss_sh|_cvtsh_ss|_mm\d*_cvtps_ph|_mm\d*_cvtph_ps)\b|\bh2?(exp2?|exp10|log2?|log10|sqrt|rsqrt|rcp|sin|cos)\s*\(|\bhalf2?\s+[A-Za-z_]\w*\s*[=;,\)\[]|<\s*half2?\s*>)",

@@ -134,7 +134,10 @@ const Toolchain& toolchain() {
     }
     // gcc marks some inline statics STB_GNU_UNIQUE, which makes dlclose keep the object loaded.
     if (id.value().rfind("gcc-", 0) == 0) tc.flags.push_back("-fno-gnu-unique");
-    tc.target_id = "cpu-" + arch + "+" + id.value();
+    // "+abi2": kernels built as above (no start files), which the binary check accepts. Records
+    // built before it carry crt code the check refuses; under their old key they are never looked
+    // up again, so those keys miss and are searched anew instead of being refused at every load.
+    tc.target_id = "cpu-" + arch + "+" + id.value() + "+abi2";
   });
   return tc;
 }

@@ -1,6 +1,8 @@
 """A kernel that remembers its last result per input address: hidden from the source rules behind
 a macro it is caught by the static check on the expanded source; declared in a way the rules do
 not name it is caught by numerics, which refills the same input buffers with new values."""
+import json
+
 import pytest
 import torch
 
@@ -51,3 +53,41 @@ def test_a_memo_hidden_behind_a_macro_is_rejected_on_the_expanded_source(fresh_c
     x = torch.randn(4096 * 2 + 7 + (source is PASTED_MEMO))
     with pytest.raises(RuntimeError, match="rejected at static: after macro expansion: device-state"):
         kc.put_kernel(key_of(x), source, kernel_source("relu_cpu.json"), verify=True)
+
+
+# A memo with no state of its own: it keeps each element's last input address and result in the
+# launch's scratch buffer, which a served call may get back at the same address and uncleared.
+# Nothing declares state, so no source rule sees it; only reusing buffers, scratch included, does.
+SCRATCH_MEMO = r"""
+extern "C" void kc_relu_f32(const kc_cpu_ctx* ctx, void* const* args) {
+  float* out = KC_ARG(float*, args, 0);
+  const float* x = KC_ARG(const float*, args, 1);
+  const int64_t n = KC_ARG(int64_t, args, 2);
+  const float** seen = KC_ARG(const float**, args, 3);
+  float* memo = reinterpret_cast<float*>(seen + n);
+  const int64_t per = ctx->block[0];
+  for (int64_t b = ctx->begin; b < ctx->end; ++b) {
+    const int64_t lo = b * per, hi = lo + per < n ? lo + per : n;
+    for (int64_t i = lo; i < hi; ++i) {
+      if (seen[i] == x) {
+        out[i] = memo[i];
+        continue;
+      }
+      const float v = x[i];
+      out[i] = (v > 0.0f || v != v) ? v : 0.0f;
+      memo[i] = out[i];
+      seen[i] = x;
+    }
+  }
+}
+"""
+SCRATCH_LAUNCH = json.dumps({"version": 1, "launches": [
+    {"entry": "kc_relu_f32", "grid": ["ceil_div(numel(self), 4096)", 1, 1], "block": [4096, 1, 1],
+     "smem": 0, "args": ["ptr:out0", "ptr:self", "i64:numel(self)", "ptr:memo"]}],
+    "scratch": [{"name": "memo", "bytes": "12 * numel(self)"}]})
+
+
+def test_a_memo_kept_in_scratch_is_rejected_when_buffers_are_reused(fresh_cache):
+    x = torch.randn(4096 * 2 + 11)
+    with pytest.raises(RuntimeError, match="rejected at numerics.*same buffers refilled"):
+        kc.put_kernel(key_of(x), SCRATCH_MEMO, SCRATCH_LAUNCH, verify=True)

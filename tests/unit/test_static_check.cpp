@@ -297,6 +297,16 @@ TEST(StaticCheck, AnIncludeAloneIsNotUse) {
   EXPECT_FALSE(cuda("#include <not_a_kernel_header.h>\n__global__ void k() {}\n").ok()) << "the allowlist still holds";
 }
 
+// State that outlives a launch declared in PTX rather than in C++: a module-scope .global (or
+// .const written through a generic pointer, which is not possible) variable in inline asm.
+TEST(StaticCheck, DeviceStateDeclaredInInlinePtxIsState) {
+  EXPECT_FALSE(cuda("asm(\".global .align 8 .u64 kc_seen;\");\n__global__ void k(float* o) { o[0] = 1.0f; }\n").ok());
+  EXPECT_FALSE(cuda("__global__ void k(float* o) { asm volatile(\".global .f32 memo[64];\"); o[0] = 1.0f; }\n").ok());
+  // Registers and shared memory declared in PTX are per launch: not state.
+  EXPECT_TRUE(cuda("__global__ void k(float* o) { float v; asm(\"{ .reg .f32 t; mov.f32 t, 1.0; mov.f32 %0, t; }\" : \"=f\"(v)); o[0] = v; }\n").ok())
+      << cuda("__global__ void k(float* o) { float v; asm(\"{ .reg .f32 t; mov.f32 t, 1.0; mov.f32 %0, t; }\" : \"=f\"(v)); o[0] = v; }\n").to_json().dump();
+}
+
 // Macros expanded before the rules run: a memo declared through `#define PERSISTENT static` or a
 // pasted `sta##tic` reads as what the compiler sees.
 TEST(StaticCheck, MacrosAreExpandedBeforeTheRules) {
