@@ -1,4 +1,5 @@
 // The operators kernelcraft knows how to intercept: names, families and defaults (no torch here).
+// The rows themselves are in runtime/ops.def.
 #pragma once
 #include <optional>
 #include <string>
@@ -8,14 +9,18 @@
 namespace kc {
 
 enum class OpId : int {
-  kRelu, kGelu, kSilu, kSigmoid, kTanh, kSoftmax, kLogSoftmax, kLayerNorm,
-  kReluBackward, kGeluBackward, kSiluBackward, kSigmoidBackward, kTanhBackward,
-  kSoftmaxBackward, kLogSoftmaxBackward, kLayerNormBackward,
+#define KC_OP(id, name, aten, family, on) k##id,
+#include "runtime/ops.def"
+#undef KC_OP
   kCount
 };
 constexpr int kNumOps = static_cast<int>(OpId::kCount);
 
-enum class OpFamily { kUnary, kUnaryBackward, kSoftmax, kSoftmaxBackward, kLayerNorm, kLayerNormBackward };
+enum class OpFamily {
+#define KC_FAMILY(f, name) k##f,
+#include "runtime/ops.def"
+#undef KC_FAMILY
+};
 
 struct OpInfo {
   OpId id;

@@ -9,6 +9,7 @@
 
 #include "evolve/eager.h"
 #include "evolve/numerics.h"
+#include "evolve/proposer.h"
 
 namespace kc::evolve {
 namespace {
@@ -145,6 +146,43 @@ TEST(Numerics, SoftmaxOverDimZero) {
   InputSet s = set_of(c.value(), "large");
   EXPECT_FALSE(compare("out", s.ref64[0].to(at::kFloat), s, 0).has_value());
   EXPECT_TRUE(compare("out", at::softmax(s.inputs[0], 1), s, 0).has_value());
+}
+
+}  // namespace
+}  // namespace kc::evolve
+
+namespace kc::evolve {
+namespace {
+
+// Every row of runtime/ops.def is a complete operator: a call and its key, input kinds, eager and
+// fp64 references shaped as the inferred outputs, an error budget per output, and at least one
+// template on each backend. A row added without the rest fails here, not in a user's process.
+TEST(OpSpec, EveryOperatorInTheTableIsComplete) {
+  for (const auto& info : all_ops()) {
+    SCOPED_TRACE(info.name);
+    nlohmann::json args = nlohmann::json::object();
+    if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward)
+      args["normalized_shape"] = {48};
+    for (const char* backend : {"cpu", "cuda"}) {
+      auto c = make_call(info.id, {6, 48}, DType::kF32, backend, args);
+      ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+      ASSERT_FALSE(c.value().outputs.empty());
+      EXPECT_FALSE(templates_for(c.value()).empty()) << "no " << backend << " template";
+    }
+    auto c = make_call(info.id, {6, 48}, DType::kF32, "cpu", args).value();
+    ASSERT_FALSE(input_kinds(info.id).empty());
+    for (const std::string& kind : input_kinds(info.id)) {
+      auto s = reference_set(c, kind, make_inputs(c, kind, 3, at::kCPU));
+      ASSERT_TRUE(s.is_ok()) << kind << ": " << s.status().to_string();
+      ASSERT_EQ(s.value().ref.size(), c.outputs.size()) << kind;
+      for (size_t j = 0; j < c.outputs.size(); ++j) {
+        if (!c.outputs[j].defined) continue;
+        EXPECT_EQ(s.value().ref[j].sizes().vec(), c.outputs[j].sizes) << kind << " out" << j;
+        EXPECT_EQ(s.value().ref64[j].sizes().vec(), c.outputs[j].sizes) << kind << " out" << j;
+        EXPECT_GT(s.value().budget[j], 0.0) << kind << " out" << j;
+      }
+    }
+  }
 }
 
 }  // namespace
