@@ -1,68 +1,138 @@
 // Configuration: defaults, the KERNELCRAFT_CONFIG JSON file, then KERNELCRAFT_* environment variables.
+// Every setting is one row of settings() below: its JSON key, its environment variable, how its
+// value is read and checked, and the text of README.md's table (a test keeps the two equal).
 #include "runtime/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <variant>
 
 #include "runtime/log.h"
 #include "runtime/ops.h"
 
 namespace kc {
 
-const std::vector<ConfigField>& config_fields() {
-  static const std::vector<ConfigField> f = {
-      {"enabled", "KERNELCRAFT_DISABLE", "global switch; KERNELCRAFT_DISABLE=1 turns interception off"},
-      {"ops", "KERNELCRAFT_OPS", "intercepted ops: default | all | none | list, e.g. \"-gelu\" or \"relu,softmax\""},
-      {"cache_dir", "KERNELCRAFT_CACHE_DIR", "cache directory (default ~/.cache/kernelcraft)"},
-      {"cache_readonly", "KERNELCRAFT_CACHE_READONLY", "serve a shipped cache without ever writing it"},
-      {"cache_shared", "KERNELCRAFT_CACHE_SHARED",
-       "allow a cache directory owned by another user or writable by group/others (default: private, 0700)"},
-      {"evolve_memory_share", "KERNELCRAFT_EVOLVE_MEMORY_SHARE",
-       "CPU evaluation child's memory cap as a fraction of available memory (0..1; 0: no cap)"},
-      {"evolve_sandbox", "KERNELCRAFT_EVOLVE_SANDBOX",
-       "evaluation sandbox: cpu (syscall filter for CPU candidates, limits for all) | all (CUDA too) | off"},
-      {"serve_unverified", "KERNELCRAFT_SERVE_UNVERIFIED",
-       "also serve kernels stored by hand without verification (cache put, put_kernel)"},
-      {"miss_log", "KERNELCRAFT_MISS_LOG", "file to which each newly missed key is appended (pre-warming)"},
-      {"trusted_keys", "KERNELCRAFT_TRUSTED_KEYS",
-       "comma-separated bundle-signing public keys (.pub files or directories of them); when set, cache import "
-       "accepts only bundles signed by one of them"},
-      {"cxx", "KERNELCRAFT_CXX", "host C++ compiler for CPU kernels"},
-      {"nvrtc", "KERNELCRAFT_NVRTC", "path of libnvrtc to load before the usual search"},
-      {"precision", "KERNELCRAFT_PRECISION", "precision policy: fp32 | tf32 | bf16 (part of the key)"},
-      {"catch_up_ms", "KERNELCRAFT_CATCH_UP_MS", "ms between looks for kernels written by others (0: never)"},
-      {"serve_probe_calls", "KERNELCRAFT_SERVE_PROBE_CALLS",
-       "first calls of a newly served key timed against eager; slower kernels are demoted here (0: off)"},
-      {"shadow_calls", "KERNELCRAFT_SHADOW_CALLS",
-       "first served calls of a key also run eager and are compared; a mismatch disables the record everywhere (0: off)"},
-      {"shadow_every", "KERNELCRAFT_SHADOW_EVERY",
-       "after those, 1 served call in this many (on average) is compared the same way (0: never)"},
-      {"deterministic_only", "KERNELCRAFT_DETERMINISTIC_ONLY",
-       "serve only kernels the gauntlet saw bitwise deterministic (as under torch.use_deterministic_algorithms)"},
-      {"log_level", "KERNELCRAFT_LOG_LEVEL", "debug | info | warn | error | off"},
-      {"evolve", "KERNELCRAFT_EVOLVE", "start background evolution for missed keys (0 to turn off)"},
-      {"worker", "KERNELCRAFT_WORKER", "the kernelcraft executable the worker runs as (default: next to the library)"},
-      {"evolve_gpu_share", "KERNELCRAFT_EVOLVE_GPU_SHARE", "fraction of wall time the worker may evaluate (0.01..1)"},
-      {"evolve_jobs", "KERNELCRAFT_EVOLVE_JOBS", "keys the worker searches concurrently"},
-      {"evolve_key_budget_s", "KERNELCRAFT_EVOLVE_KEY_BUDGET_S", "wall-clock seconds per key's search"},
-      {"evolve_mu", "KERNELCRAFT_EVOLVE_MU", "parents kept per generation"},
-      {"evolve_lambda", "KERNELCRAFT_EVOLVE_LAMBDA", "children per generation"},
-      {"evolve_generations", "KERNELCRAFT_EVOLVE_GENERATIONS", "generation limit per key"},
-      {"evolve_capture_mb", "KERNELCRAFT_EVOLVE_CAPTURE_MB", "largest captured inputs per job, MiB (0: never capture)"},
-      {"evolve_candidate_timeout_s", "KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "seconds before a candidate counts as hung"},
-      {"worker_idle_s", "KERNELCRAFT_WORKER_IDLE_S", "seconds an idle worker waits for jobs before exiting"},
-      {"evolve_nice", "KERNELCRAFT_EVOLVE_NICE", "the worker's nice level, 0..19 (10: below the user's job)"},
-      {"llm_api", "KERNELCRAFT_LLM_API", "the LLM endpoint's API: openai (chat completions) | anthropic (messages)"},
-      {"llm_url", "KERNELCRAFT_LLM_URL", "OpenAI-compatible chat-completions URL for the LLM proposer (off when empty)"},
-      {"llm_model", "KERNELCRAFT_LLM_MODEL", "model name sent to the LLM endpoint"},
-      {"llm_key_env", "KERNELCRAFT_LLM_KEY_ENV", "environment variable holding the LLM API key"},
-  };
-  return f;
-}
-
 namespace {
+
+constexpr double kNone = std::numeric_limits<double>::infinity();
+
+// How one setting is read. Numbers are clamped into [lo, hi]; strings with choices must be one of
+// them; the op list and the sandbox mode have parsers of their own.
+struct BoolField { bool Config::*m; bool env_negates; };
+struct IntField { int Config::*m; double lo, hi; };
+struct RealField { double Config::*m; double lo, hi; };
+struct StrField { std::string Config::*m; std::vector<std::string> choices; };
+struct OpsField {};
+struct SandboxField {};
+using Field = std::variant<BoolField, IntField, RealField, StrField, OpsField, SandboxField>;
+
+Field Bool(bool Config::*m, bool env_negates = false) { return BoolField{m, env_negates}; }
+Field Int(int Config::*m, double lo = -kNone, double hi = kNone) { return IntField{m, lo, hi}; }
+Field Real(double Config::*m, double lo = -kNone, double hi = kNone) { return RealField{m, lo, hi}; }
+Field Str(std::string Config::*m, std::vector<std::string> choices = {}) { return StrField{m, std::move(choices)}; }
+Field Ops() { return OpsField{}; }
+Field Sandbox() { return SandboxField{}; }
+
+struct Setting {
+  const char* name;   // JSON key
+  const char* env;    // environment variable
+  Field field;
+  const char* help;   // README.md's "meaning" column
+};
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> s = {
+      {"enabled", "KERNELCRAFT_DISABLE", Bool(&Config::enabled, true),
+       "global switch: `KERNELCRAFT_DISABLE=1` turns interception off"},
+      {"ops", "KERNELCRAFT_OPS", Ops(),
+       "`default`, `all`, `none`, `relu,softmax`, or `-gelu` (relative to default)"},
+      {"cache_dir", "KERNELCRAFT_CACHE_DIR", Str(&Config::cache_dir),
+       "cache directory; default `$XDG_CACHE_HOME/kernelcraft` or `~/.cache/kernelcraft`"},
+      {"cache_readonly", "KERNELCRAFT_CACHE_READONLY", Bool(&Config::cache_readonly),
+       "serve a shipped cache (RocksDB read-only open, works on read-only media)"},
+      {"cache_shared", "KERNELCRAFT_CACHE_SHARED", Bool(&Config::cache_shared),
+       "allow a shared cache directory: one owned by another user or writable by group/others (off: "
+       "such a directory is refused with one log line and the process runs eager; a directory "
+       "kernelcraft creates is 0700). Files in it are written with `O_NOFOLLOW`/`O_EXCL` either way"},
+      {"miss_log", "KERNELCRAFT_MISS_LOG", Str(&Config::miss_log),
+       "append every newly missed key to this file (for pre-warming)"},
+      {"trusted_keys", "KERNELCRAFT_TRUSTED_KEYS", Str(&Config::trusted_keys),
+       "comma-separated bundle-signing public keys (`.pub` files or directories of them); when set, "
+       "`cache import` accepts only bundles signed by one of them (`--trust` overrides it)"},
+      {"serve_unverified", "KERNELCRAFT_SERVE_UNVERIFIED", Bool(&Config::serve_unverified),
+       "also serve records stored without the gauntlet (`put_kernel`, `cache put` without "
+       "`--verify`); off by default"},
+      {"cxx", "KERNELCRAFT_CXX", Str(&Config::cxx),
+       "host compiler for CPU kernels (default `c++`)"},
+      {"nvrtc", "KERNELCRAFT_NVRTC", Str(&Config::nvrtc_path),
+       "libnvrtc to try first"},
+      {"precision", "KERNELCRAFT_PRECISION", Str(&Config::policy, {"fp32", "tf32", "bf16"}),
+       "`fp32` (default), `tf32`, `bf16`; part of every key"},
+      {"catch_up_ms", "KERNELCRAFT_CATCH_UP_MS", Int(&Config::catch_up_ms),
+       "how often a serving process looks for kernels written by others (500)"},
+      {"serve_probe_calls", "KERNELCRAFT_SERVE_PROBE_CALLS", Int(&Config::serve_probe_calls, 0, 1000),
+       "calls of a newly served key that also run eager, both timed in this process; a kernel not "
+       "faster here is demoted to eager (8; 0 turns the probe off)"},
+      {"shadow_calls", "KERNELCRAFT_SHADOW_CALLS", Int(&Config::shadow_calls, 0, 1000000),
+       "the live check: the first served calls of a key in this process also run eager on the same "
+       "inputs and are compared (4; 0: none). Off with `cache_readonly`"},
+      {"shadow_every", "KERNELCRAFT_SHADOW_EVERY", Int(&Config::shadow_every, 0, 1000000000),
+       "after those, 1 served call in this many, on average, is checked the same way (1000; 0: "
+       "never; 1: every call)"},
+      {"deterministic_only", "KERNELCRAFT_DETERMINISTIC_ONLY", Bool(&Config::deterministic_only),
+       "serve only kernels the gauntlet saw bitwise deterministic, the rest run eager; "
+       "`torch.use_deterministic_algorithms(True)` does the same while it is on (off)"},
+      {"log_level", "KERNELCRAFT_LOG_LEVEL", Str(&Config::log_level, {"debug", "info", "warn", "error", "off"}),
+       "`debug info warn error off` (default warn)"},
+      {"evolve", "KERNELCRAFT_EVOLVE", Bool(&Config::evolve),
+       "start background evolution for missed keys (default on; `0` turns it off)"},
+      {"worker", "KERNELCRAFT_WORKER", Str(&Config::worker),
+       "the `kernelcraft` executable the worker runs as (default: next to the library)"},
+      {"evolve_gpu_share", "KERNELCRAFT_EVOLVE_GPU_SHARE", Real(&Config::evolve_gpu_share, 0.01, 1.0),
+       "fraction of wall time the worker keeps the GPU busy (0.2)"},
+      {"evolve_jobs", "KERNELCRAFT_EVOLVE_JOBS", Int(&Config::evolve_jobs, 1),
+       "keys searched concurrently (1; they share the GPU share)"},
+      {"evolve_key_budget_s", "KERNELCRAFT_EVOLVE_KEY_BUDGET_S", Real(&Config::evolve_key_budget_s),
+       "wall-clock seconds per key's search (600)"},
+      {"evolve_mu", "KERNELCRAFT_EVOLVE_MU", Int(&Config::evolve_mu, 1),
+       "parents kept per generation of the search (4)"},
+      {"evolve_lambda", "KERNELCRAFT_EVOLVE_LAMBDA", Int(&Config::evolve_lambda, 1),
+       "children per generation (8)"},
+      {"evolve_generations", "KERNELCRAFT_EVOLVE_GENERATIONS", Int(&Config::evolve_generations, 1),
+       "generation limit per key (8)"},
+      {"evolve_capture_mb", "KERNELCRAFT_EVOLVE_CAPTURE_MB", Int(&Config::evolve_capture_mb, 0),
+       "largest inputs captured for a job (64 MiB; larger keys use generated inputs only)"},
+      {"evolve_candidate_timeout_s", "KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S",
+       Real(&Config::evolve_candidate_timeout_s, 1.0),
+       "a candidate running longer is killed as hung (180)"},
+      {"evolve_memory_share", "KERNELCRAFT_EVOLVE_MEMORY_SHARE", Real(&Config::evolve_memory_share, 0.0, 1.0),
+       "the CPU evaluation child runs under `RLIMIT_AS` = this fraction of `MemAvailable` at its "
+       "start (0.5; 0: no cap); a key whose inputs and references would not fit is skipped with the "
+       "reason in the worker log. CUDA children get no `RLIMIT_AS` (the driver reserves huge virtual "
+       "ranges)"},
+      {"evolve_sandbox", "KERNELCRAFT_EVOLVE_SANDBOX", Sandbox(),
+       "how candidates are confined (see \"The evaluation sandbox\"): `cpu` (default: syscall filter "
+       "for CPU candidates, resource limits for all), `all` (the filter's CUDA variant for CUDA "
+       "candidates too; check it on your GPU first), `off` (nothing: for strace, gdb, core files)"},
+      {"evolve_nice", "KERNELCRAFT_EVOLVE_NICE", Int(&Config::evolve_nice, 0, 19),
+       "the worker's CPU priority, nice 0..19 (10: below the user's job)"},
+      {"worker_idle_s", "KERNELCRAFT_WORKER_IDLE_S", Real(&Config::worker_idle_s),
+       "an idle worker exits after this (60); the next miss starts one"},
+      {"llm_api", "KERNELCRAFT_LLM_API", Str(&Config::llm_api, {"openai", "anthropic"}),
+       "`openai` (chat completions, `Authorization: Bearer`) or `anthropic` (messages, `x-api-key`)"},
+      {"llm_url", "KERNELCRAFT_LLM_URL", Str(&Config::llm_url),
+       "the endpoint for the LLM proposer (off when empty)"},
+      {"llm_model", "KERNELCRAFT_LLM_MODEL", Str(&Config::llm_model),
+       "model name sent with each request"},
+      {"llm_key_env", "KERNELCRAFT_LLM_KEY_ENV", Str(&Config::llm_key_env),
+       "the environment variable holding the API key (default `KERNELCRAFT_LLM_KEY`)"},
+  };
+  return s;
+}
 
 std::vector<std::string> default_ops() {
   std::vector<std::string> v;
@@ -82,13 +152,112 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-bool valid_policy(const std::string& p) { return p == "fp32" || p == "tf32" || p == "bf16"; }
-bool valid_llm_api(const std::string& a) { return a == "openai" || a == "anthropic"; }
-bool valid_level(const std::string& l) {
-  return l == "debug" || l == "info" || l == "warn" || l == "error" || l == "off";
+template <class... F>
+struct Visit : F... { using F::operator()...; };
+template <class... F>
+Visit(F...) -> Visit<F...>;
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// Sets one setting of `n` from its JSON value; kInvalid with the reason. Throws nlohmann's type
+// errors, which apply_json turns into kInvalid.
+Status set_field(Config& n, const Setting& st, const nlohmann::json& v) {
+  return std::visit(
+      Visit{[&](const BoolField& f) { n.*f.m = v.get<bool>(); return Status::ok(); },
+            [&](const IntField& f) {
+              n.*f.m = static_cast<int>(std::clamp(static_cast<double>(v.get<int>()), f.lo, f.hi));
+              return Status::ok();
+            },
+            [&](const RealField& f) { n.*f.m = std::clamp(v.get<double>(), f.lo, f.hi); return Status::ok(); },
+            [&](const StrField& f) {
+              std::string x = v.get<std::string>();
+              if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), x) == f.choices.end())
+                return Status::error(Code::kInvalid, std::string(st.name) + " must be one of " + joined(f.choices) +
+                                                         " (got '" + x + "')");
+              n.*f.m = std::move(x);
+              return Status::ok();
+            },
+            [&](const OpsField&) {
+              std::string text;
+              if (v.is_string()) {
+                text = v.get<std::string>();
+              } else {
+                for (const auto& e : v) text += (text.empty() ? "" : ",") + e.get<std::string>();
+                if (text.empty()) text = "none";
+              }
+              auto ops = parse_op_list(text);
+              if (!ops) return ops.status();
+              n.ops = ops.value();
+              return Status::ok();
+            },
+            [&](const SandboxField&) {
+              auto m = parse_evolve_sandbox(v.get<std::string>());
+              if (!m) return Status::error(Code::kInvalid, "evolve_sandbox must be off, cpu or all");
+              n.evolve_sandbox = *m;
+              return Status::ok();
+            }},
+      st.field);
+}
+
+nlohmann::json get_field(const Config& c, const Setting& st) {
+  return std::visit(Visit{[&](const BoolField& f) { return nlohmann::json(c.*f.m); },
+                          [&](const IntField& f) { return nlohmann::json(c.*f.m); },
+                          [&](const RealField& f) { return nlohmann::json(c.*f.m); },
+                          [&](const StrField& f) { return nlohmann::json(c.*f.m); },
+                          [&](const OpsField&) { return nlohmann::json(c.ops); },
+                          [&](const SandboxField&) { return nlohmann::json(to_string(c.evolve_sandbox)); }},
+                    st.field);
+}
+
+// An environment variable's text as the JSON value its setting takes; nullopt if it is not one
+// (a number that does not parse).
+std::optional<nlohmann::json> env_value(const Setting& st, const char* v) {
+  auto number = [&]() -> std::optional<double> {
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end == v || *end != 0 || !std::isfinite(x)) return std::nullopt;
+    return x;
+  };
+  return std::visit(
+      Visit{[&](const BoolField& f) -> std::optional<nlohmann::json> {
+              const std::string s = v;
+              const bool on = s == "1" || s == "true" || s == "yes";
+              return nlohmann::json(f.env_negates ? !on : on);
+            },
+            [&](const IntField&) -> std::optional<nlohmann::json> {
+              auto x = number();
+              if (!x) return std::nullopt;
+              return nlohmann::json(static_cast<int>(std::clamp(*x, -2e9, 2e9)));
+            },
+            [&](const RealField&) -> std::optional<nlohmann::json> {
+              auto x = number();
+              if (!x) return std::nullopt;
+              return nlohmann::json(*x);
+            },
+            [&](const auto&) -> std::optional<nlohmann::json> { return nlohmann::json(std::string(v)); }},
+      st.field);
+}
+
+const Setting* find_setting(const std::string& name) {
+  for (const auto& s : settings())
+    if (name == s.name) return &s;
+  return nullptr;
 }
 
 }  // namespace
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> f = [] {
+    std::vector<ConfigField> out;
+    for (const auto& s : settings()) out.push_back({s.name, s.env, s.help});
+    return out;
+  }();
+  return f;
+}
 
 const char* to_string(EvolveSandbox m) {
   switch (m) {
@@ -139,64 +308,9 @@ Status apply_json(Config& c, const nlohmann::json& j) {
   Config n = c;
   try {
     for (auto it = j.begin(); it != j.end(); ++it) {
-      const std::string& k = it.key();
-      const auto& v = it.value();
-      if (k == "enabled") n.enabled = v.get<bool>();
-      else if (k == "ops") {
-        std::string text;
-        if (v.is_string()) text = v.get<std::string>();
-        else {
-          for (const auto& e : v) text += (text.empty() ? "" : ",") + e.get<std::string>();
-          if (text.empty()) text = "none";
-        }
-        auto ops = parse_op_list(text);
-        if (!ops) return ops.status();
-        n.ops = ops.value();
-      } else if (k == "cache_dir") n.cache_dir = v.get<std::string>();
-      else if (k == "cache_readonly") n.cache_readonly = v.get<bool>();
-      else if (k == "cache_shared") n.cache_shared = v.get<bool>();
-      else if (k == "evolve_memory_share") n.evolve_memory_share = std::clamp(v.get<double>(), 0.0, 1.0);
-      else if (k == "evolve_sandbox") {
-        auto m = parse_evolve_sandbox(v.get<std::string>());
-        if (!m) return Status::error(Code::kInvalid, "evolve_sandbox must be off, cpu or all");
-        n.evolve_sandbox = *m;
-      }
-      else if (k == "miss_log") n.miss_log = v.get<std::string>();
-      else if (k == "trusted_keys") n.trusted_keys = v.get<std::string>();
-      else if (k == "serve_unverified") n.serve_unverified = v.get<bool>();
-      else if (k == "cxx") n.cxx = v.get<std::string>();
-      else if (k == "nvrtc") n.nvrtc_path = v.get<std::string>();
-      else if (k == "precision") {
-        n.policy = v.get<std::string>();
-        if (!valid_policy(n.policy)) return Status::error(Code::kInvalid, "precision must be fp32, tf32 or bf16");
-      } else if (k == "catch_up_ms") n.catch_up_ms = v.get<int>();
-      else if (k == "evolve_nice") n.evolve_nice = std::clamp(v.get<int>(), 0, 19);
-      else if (k == "serve_probe_calls") n.serve_probe_calls = std::clamp(v.get<int>(), 0, 1000);
-      else if (k == "shadow_calls") n.shadow_calls = std::clamp(v.get<int>(), 0, 1000000);
-      else if (k == "shadow_every") n.shadow_every = std::clamp(v.get<int>(), 0, 1000000000);
-      else if (k == "deterministic_only") n.deterministic_only = v.get<bool>();
-      else if (k == "log_level") {
-        n.log_level = v.get<std::string>();
-        if (!valid_level(n.log_level)) return Status::error(Code::kInvalid, "bad log_level '" + n.log_level + "'");
-      } else if (k == "evolve") n.evolve = v.get<bool>();
-      else if (k == "worker") n.worker = v.get<std::string>();
-      else if (k == "evolve_gpu_share") n.evolve_gpu_share = std::clamp(v.get<double>(), 0.01, 1.0);
-      else if (k == "evolve_jobs") n.evolve_jobs = std::max(1, v.get<int>());
-      else if (k == "evolve_key_budget_s") n.evolve_key_budget_s = v.get<double>();
-      else if (k == "evolve_mu") n.evolve_mu = std::max(1, v.get<int>());
-      else if (k == "evolve_lambda") n.evolve_lambda = std::max(1, v.get<int>());
-      else if (k == "evolve_generations") n.evolve_generations = std::max(1, v.get<int>());
-      else if (k == "evolve_capture_mb") n.evolve_capture_mb = std::max(0, v.get<int>());
-      else if (k == "worker_idle_s") n.worker_idle_s = v.get<double>();
-      else if (k == "llm_api") {
-        n.llm_api = v.get<std::string>();
-        if (!valid_llm_api(n.llm_api))
-          return Status::error(Code::kInvalid, "llm_api must be openai or anthropic");
-      } else if (k == "llm_url") n.llm_url = v.get<std::string>();
-      else if (k == "llm_model") n.llm_model = v.get<std::string>();
-      else if (k == "llm_key_env") n.llm_key_env = v.get<std::string>();
-      else if (k == "evolve_candidate_timeout_s") n.evolve_candidate_timeout_s = std::max(1.0, v.get<double>());
-      else return Status::error(Code::kInvalid, "unknown config key '" + k + "'");
+      const Setting* st = find_setting(it.key());
+      if (!st) return Status::error(Code::kInvalid, "unknown config key '" + it.key() + "'");
+      KC_RETURN_IF_ERROR(set_field(n, *st, it.value()));
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::error(Code::kInvalid, std::string("config: wrong type: ") + e.what());
@@ -206,18 +320,9 @@ Status apply_json(Config& c, const nlohmann::json& j) {
 }
 
 nlohmann::json to_json(const Config& c) {
-  return {{"enabled", c.enabled}, {"ops", c.ops}, {"cache_dir", c.cache_dir},
-          {"cache_readonly", c.cache_readonly}, {"cache_shared", c.cache_shared},
-          {"evolve_memory_share", c.evolve_memory_share}, {"miss_log", c.miss_log}, {"trusted_keys", c.trusted_keys}, {"evolve_sandbox", to_string(c.evolve_sandbox)}, {"serve_unverified", c.serve_unverified}, {"cxx", c.cxx},
-          {"nvrtc", c.nvrtc_path}, {"precision", c.policy}, {"catch_up_ms", c.catch_up_ms}, {"serve_probe_calls", c.serve_probe_calls}, {"evolve_nice", c.evolve_nice},
-          {"shadow_calls", c.shadow_calls}, {"shadow_every", c.shadow_every}, {"deterministic_only", c.deterministic_only},
-          {"log_level", c.log_level}, {"evolve", c.evolve}, {"worker", c.worker},
-          {"evolve_gpu_share", c.evolve_gpu_share}, {"evolve_jobs", c.evolve_jobs},
-          {"evolve_key_budget_s", c.evolve_key_budget_s}, {"evolve_mu", c.evolve_mu},
-          {"evolve_lambda", c.evolve_lambda}, {"evolve_generations", c.evolve_generations},
-          {"evolve_capture_mb", c.evolve_capture_mb}, {"worker_idle_s", c.worker_idle_s},
-          {"evolve_candidate_timeout_s", c.evolve_candidate_timeout_s}, {"llm_api", c.llm_api}, {"llm_url", c.llm_url},
-          {"llm_model", c.llm_model}, {"llm_key_env", c.llm_key_env}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& s : settings()) j[s.name] = get_field(c, s);
+  return j;
 }
 
 Config load_config() {
@@ -233,69 +338,17 @@ Config load_config() {
       if (!s) log_once(LogLevel::kWarn, "config-parse", std::string("KERNELCRAFT_CONFIG ") + path + ": " + s.to_string() + "; ignoring it");
     }
   }
-  auto env = [](const char* name) -> const char* {
-    const char* v = std::getenv(name);
-    return (v && *v) ? v : nullptr;
-  };
-  auto truthy = [](const char* v) { return std::string(v) == "1" || std::string(v) == "true" || std::string(v) == "yes"; };
-  if (const char* v = env("KERNELCRAFT_DISABLE")) c.enabled = !truthy(v);
-  if (const char* v = env("KERNELCRAFT_OPS")) {
-    auto ops = parse_op_list(v);
-    if (ops) c.ops = ops.value();
-    else log_once(LogLevel::kWarn, "config-ops", "KERNELCRAFT_OPS: " + ops.status().message() + "; using the default list");
+  // Each variable through the same parser and checks as the file; a bad one keeps the value before it.
+  for (const auto& st : settings()) {
+    const char* v = std::getenv(st.env);
+    if (!v || !*v) continue;
+    auto value = env_value(st, v);
+    Status s = value ? apply_json(c, nlohmann::json{{st.name, *value}})
+                     : Status::error(Code::kInvalid, "not a number");
+    if (!s)
+      log_once(LogLevel::kWarn, std::string("config-") + st.name,
+               std::string(st.env) + "=" + v + ": " + s.message() + "; keeping " + get_field(c, st).dump());
   }
-  if (const char* v = env("KERNELCRAFT_CACHE_DIR")) c.cache_dir = v;
-  if (const char* v = env("KERNELCRAFT_CACHE_READONLY")) c.cache_readonly = truthy(v);
-  if (const char* v = env("KERNELCRAFT_CACHE_SHARED")) c.cache_shared = truthy(v);
-  if (const char* v = env("KERNELCRAFT_MISS_LOG")) c.miss_log = v;
-  if (const char* v = env("KERNELCRAFT_TRUSTED_KEYS")) c.trusted_keys = v;
-  if (const char* v = env("KERNELCRAFT_EVOLVE_SANDBOX")) {
-    if (auto m = parse_evolve_sandbox(v)) c.evolve_sandbox = *m;
-    else log_once(LogLevel::kWarn, "config-sandbox", std::string("KERNELCRAFT_EVOLVE_SANDBOX=") + v + " is not off|cpu|all; using " + to_string(c.evolve_sandbox));
-  }
-  if (const char* v = env("KERNELCRAFT_SERVE_UNVERIFIED")) c.serve_unverified = truthy(v);
-  if (const char* v = env("KERNELCRAFT_DETERMINISTIC_ONLY")) c.deterministic_only = truthy(v);
-  if (const char* v = env("KERNELCRAFT_LLM_API")) {
-    if (valid_llm_api(v)) c.llm_api = v;
-    else log_once(LogLevel::kWarn, "config-llm-api", std::string("KERNELCRAFT_LLM_API=") + v + " is not openai|anthropic; using " + c.llm_api);
-  }
-  if (const char* v = env("KERNELCRAFT_LLM_URL")) c.llm_url = v;
-  if (const char* v = env("KERNELCRAFT_LLM_MODEL")) c.llm_model = v;
-  if (const char* v = env("KERNELCRAFT_LLM_KEY_ENV")) c.llm_key_env = v;
-  if (const char* v = env("KERNELCRAFT_CXX")) c.cxx = v;
-  if (const char* v = env("KERNELCRAFT_NVRTC")) c.nvrtc_path = v;
-  if (const char* v = env("KERNELCRAFT_PRECISION")) {
-    if (valid_policy(v)) c.policy = v;
-    else log_once(LogLevel::kWarn, "config-prec", std::string("KERNELCRAFT_PRECISION=") + v + " is not fp32|tf32|bf16; using " + c.policy);
-  }
-  if (const char* v = env("KERNELCRAFT_CATCH_UP_MS")) c.catch_up_ms = std::atoi(v);
-  if (const char* v = env("KERNELCRAFT_LOG_LEVEL")) {
-    if (valid_level(v)) c.log_level = v;
-  }
-  // The evolution settings go through apply_json so their ranges are checked in one place.
-  const std::pair<const char*, const char*> numeric[] = {
-      {"KERNELCRAFT_EVOLVE_GPU_SHARE", "evolve_gpu_share"}, {"KERNELCRAFT_EVOLVE_JOBS", "evolve_jobs"},
-      {"KERNELCRAFT_EVOLVE_KEY_BUDGET_S", "evolve_key_budget_s"}, {"KERNELCRAFT_EVOLVE_MU", "evolve_mu"},
-      {"KERNELCRAFT_EVOLVE_LAMBDA", "evolve_lambda"}, {"KERNELCRAFT_EVOLVE_GENERATIONS", "evolve_generations"},
-      {"KERNELCRAFT_EVOLVE_CAPTURE_MB", "evolve_capture_mb"}, {"KERNELCRAFT_WORKER_IDLE_S", "worker_idle_s"},
-      {"KERNELCRAFT_EVOLVE_CANDIDATE_TIMEOUT_S", "evolve_candidate_timeout_s"},
-      {"KERNELCRAFT_SERVE_PROBE_CALLS", "serve_probe_calls"}, {"KERNELCRAFT_SHADOW_CALLS", "shadow_calls"},
-      {"KERNELCRAFT_SHADOW_EVERY", "shadow_every"}, {"KERNELCRAFT_EVOLVE_NICE", "evolve_nice"}, {"KERNELCRAFT_EVOLVE_MEMORY_SHARE", "evolve_memory_share"}};
-  for (const auto& [var, key] : numeric) {
-    const char* v = env(var);
-    if (!v) continue;
-    char* end = nullptr;
-    double x = std::strtod(v, &end);
-    nlohmann::json j = {{key, x}};
-    if (std::string(key) != "evolve_gpu_share" && std::string(key) != "evolve_key_budget_s" &&
-        std::string(key) != "worker_idle_s" && std::string(key) != "evolve_candidate_timeout_s" &&
-        std::string(key) != "evolve_memory_share")
-      j[key] = static_cast<int>(x);
-    if (end == v || *end != 0 || !apply_json(c, j))
-      log_once(LogLevel::kWarn, std::string("config-") + key, std::string(var) + "=" + v + " is not a valid number; ignoring it");
-  }
-  if (const char* v = env("KERNELCRAFT_EVOLVE")) c.evolve = truthy(v);
-  if (const char* v = env("KERNELCRAFT_WORKER")) c.worker = v;
   return c;
 }
 

@@ -80,7 +80,8 @@ struct Config {
                                        // variable holding the API key (the key itself is never stored)
 };
 
-// One row per setting, for docs, `kernelcraft config` and validation.
+// One row per setting (JSON key, environment variable, README text), in the order of README.md's
+// table; derived from the settings table in config.cpp.
 struct ConfigField {
   const char* json_key;
   const char* env;

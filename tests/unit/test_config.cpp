@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "runtime/config.h"
 #include "runtime/ops.h"
@@ -99,6 +101,50 @@ TEST(Config, EveryFieldIsDocumented) {
   auto j = to_json(c);
   EXPECT_EQ(j.size(), config_fields().size());
   for (const auto& f : config_fields()) EXPECT_TRUE(j.contains(f.json_key)) << f.json_key;
+}
+
+}  // namespace
+}  // namespace kc
+
+namespace kc {
+namespace {
+
+// README.md's configuration table is the settings table: same rows, same order, same text.
+TEST(Config, ReadmeTableIsTheSettingsTable) {
+  std::ifstream f(std::string(KC_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(f) << "README.md";
+  std::vector<std::string> readme;
+  bool in = false;
+  for (std::string line; std::getline(f, line);) {
+    if (line == "| JSON key | environment | meaning |") in = true;
+    else if (in && line.rfind("|", 0) != 0) break;
+    else if (in && line != "|---|---|---|") readme.push_back(line);
+  }
+  std::vector<std::string> want;
+  std::string table = "| JSON key | environment | meaning |\n|---|---|---|\n";
+  for (const auto& s : config_fields()) {
+    want.push_back(std::string("| ") + s.json_key + " | " + s.env + " | " + s.help + " |");
+    table += want.back() + "\n";
+  }
+  EXPECT_EQ(readme, want) << "README.md's table should read:\n" << table;
+}
+
+// The environment goes through the same checks as the file: a bad value is logged and ignored.
+TEST(Config, EnvironmentValuesAreCheckedLikeJson) {
+  setenv("KERNELCRAFT_DISABLE", "1", 1);
+  setenv("KERNELCRAFT_EVOLVE_NICE", "40", 1);
+  setenv("KERNELCRAFT_CATCH_UP_MS", "soon", 1);
+  setenv("KERNELCRAFT_PRECISION", "fp8", 1);
+  setenv("KERNELCRAFT_EVOLVE_JOBS", "3", 1);
+  Config c = load_config();
+  for (const char* v : {"KERNELCRAFT_DISABLE", "KERNELCRAFT_EVOLVE_NICE", "KERNELCRAFT_CATCH_UP_MS",
+                        "KERNELCRAFT_PRECISION", "KERNELCRAFT_EVOLVE_JOBS"})
+    unsetenv(v);
+  EXPECT_FALSE(c.enabled);
+  EXPECT_EQ(c.evolve_nice, 19) << "clamped into 0..19";
+  EXPECT_EQ(c.catch_up_ms, Config().catch_up_ms) << "not a number: the default stays";
+  EXPECT_EQ(c.policy, "fp32") << "not a policy: the default stays";
+  EXPECT_EQ(c.evolve_jobs, 3);
 }
 
 }  // namespace
