@@ -101,6 +101,7 @@ class Gauntlet {
 
  private:
   struct Impl;
+  struct Run;   // one run's state and its stages (gauntlet.cpp)
   explicit Gauntlet(std::unique_ptr<Impl> p);
   // The sanitizer stage on `set`, appended to v; false (and v.stage set) if it rejected.
   bool sanitize(Verdict& v, const std::string& source, const std::string& binary, const nlohmann::json& launch,
