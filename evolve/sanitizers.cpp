@@ -92,115 +92,118 @@ std::string asan_runtime() {
 
 }  // namespace
 
-Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto ms_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-  };
-  Stage s{"sanitizer", "passed", "", nlohmann::json::object(), 0};
-  auto reject = [&](Stage& st, const std::string& summary, nlohmann::json ev) {
-    st.outcome = "rejected";
-    st.summary = summary;
-    st.evidence = std::move(ev);
-    return st;
-  };
-  std::string dir = opt.work_dir.empty() ? owned_temp_path("sanitize") : opt.work_dir;
-  make_dirs(dir);
-  RemoveAtScopeEnd cleanup(dir);   // rejects return early; a crash is left to sweep_stale_temp()
-  const bool cuda = in.backend == "cuda";
-  std::string bin = in.binary;
-  std::vector<std::string> env;
-  std::vector<std::vector<std::string>> runs;   // argv per tool
-  if (cuda) {
+namespace {
+
+// What to run: the kernel binary the runner loads (an ASan build on the CPU), the runners'
+// environment, one argv per tool; `skipped` says why nothing can run here.
+struct SanitizerPlan {
+  std::string bin;
+  std::vector<std::string> env, names;
+  std::vector<std::vector<std::string>> runs;
+  std::string skipped;
+};
+
+SanitizerPlan plan_sanitizers(const SanitizerRun& in, const GauntletOptions& opt, const std::string& dir) {
+  SanitizerPlan p;
+  p.bin = in.binary;
+  if (in.backend == "cuda") {
     std::string san = find_sanitizer(opt.sanitizer);
-    if (san.empty()) {
-      s.outcome = "skipped";
-      s.summary = "compute-sanitizer not found (set KERNELCRAFT_SANITIZER)";
-    }
+    if (san.empty()) p.skipped = "compute-sanitizer not found (set KERNELCRAFT_SANITIZER)";
     for (const auto& tool : opt.sanitizer_tools) {
       std::vector<std::string> a = {san, "--tool", tool, "--error-exitcode", "86", "--print-limit", "4"};
       if (tool == "memcheck") a.insert(a.end(), {"--leak-check", "no"});
       if (tool == "racecheck") a.insert(a.end(), {"--racecheck-report", "hazard"});
       a.insert(a.end(), {opt.sanitize_exe, dir});
-      runs.push_back(a);
+      p.runs.push_back(a);
+      p.names.push_back(tool);
     }
   } else {
     auto asan = cpu_compile(in.source, {"-fsanitize=address", "-fno-omit-frame-pointer", "-g"});
     if (!asan) {
-      s.outcome = "skipped";
-      s.summary = "AddressSanitizer build failed: " + asan.status().message().substr(0, 200);
-    } else {
-      bin = asan.value().binary;
-      // The runner is not built with ASan; its runtime is preloaded for the kernel's sake.
-      std::string rt = asan_runtime();
-      if (rt.empty()) {
-        s.outcome = "skipped";
-        s.summary = "no AddressSanitizer runtime (libasan.so) for the host compiler";
-      }
-      // ASan reserves terabytes of shadow, so no address-space cap fits the runner; its own limit on
-      // resident memory bounds a kernel that allocates too much.
-      std::string asan = "ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0:verify_asan_link_order=0";
-      if (opt.sanitizer_rss_mb > 0) asan += ":hard_rss_limit_mb=" + std::to_string(opt.sanitizer_rss_mb);
-      env = {asan, "LD_PRELOAD=" + rt};
-      runs.push_back({opt.sanitize_exe, dir});
+      p.skipped = "AddressSanitizer build failed: " + asan.status().message().substr(0, 200);
+      return p;
+    }
+    p.bin = asan.value().binary;
+    // The runner is not built with ASan; its runtime is preloaded for the kernel's sake.
+    std::string rt = asan_runtime();
+    if (rt.empty()) p.skipped = "no AddressSanitizer runtime (libasan.so) for the host compiler";
+    // ASan reserves terabytes of shadow, so no address-space cap fits the runner; its own limit on
+    // resident memory bounds a kernel that allocates too much.
+    std::string opts = "ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0:verify_asan_link_order=0";
+    if (opt.sanitizer_rss_mb > 0) opts += ":hard_rss_limit_mb=" + std::to_string(opt.sanitizer_rss_mb);
+    p.env = {opts, "LD_PRELOAD=" + rt};
+    p.runs.push_back({opt.sanitize_exe, dir});
+    p.names.push_back("asan");
+  }
+  if (p.skipped.empty() && (opt.sanitize_exe.empty() || access(opt.sanitize_exe.c_str(), X_OK) != 0))
+    p.skipped = "kernelcraft-sanitize not found";
+  return p;
+}
+
+// The tools run concurrently (each in its own process): wall time is the slowest one's.
+std::vector<Result<ProcessResult>> run_tools(const SanitizerPlan& p, const std::vector<std::string>& logs,
+                                             const SanitizerRun& in, const GauntletOptions& opt) {
+  std::vector<Result<ProcessResult>> results(p.runs.size(), Status::error(Code::kUnavailable, "not run"));
+  std::vector<std::thread> pool;
+  AddressSpaceLift lift;   // the runners start without the evaluation child's memory cap
+  for (size_t k = 0; k < p.runs.size(); ++k) {
+    pool.emplace_back([&, k] {
+      ProcessOptions po;
+      po.timeout_s = opt.sanitizer_timeout_s;
+      po.output_path = logs[k];
+      po.env = p.env;
+      po.env.push_back("KERNELCRAFT_DEVICE=" + std::to_string(in.device));
+      results[k] = run_process(p.runs[k], po);
+    });
+  }
+  for (auto& t : pool) t.join();
+  return results;
+}
+
+}  // namespace
+
+Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  Stage s{"sanitizer", "passed", "", nlohmann::json::object(), 0};
+  auto done = [&](const char* outcome, const std::string& summary) {
+    s.outcome = outcome;
+    s.summary = summary;
+    s.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+  };
+  std::string dir = opt.work_dir.empty() ? owned_temp_path("sanitize") : opt.work_dir;
+  make_dirs(dir);
+  RemoveAtScopeEnd cleanup(dir);   // rejects return early; a crash is left to sweep_stale_temp()
+  const SanitizerPlan plan = plan_sanitizers(in, opt, dir);
+  if (!plan.skipped.empty()) return done("skipped", plan.skipped);
+  write_file(dir + "/call.json", in.call.dump());
+  write_file(dir + "/launch.json", in.launch.dump());
+  write_file(dir + "/kernel.bin", plan.bin);
+  for (size_t k = 0; k < in.inputs.size(); ++k)
+    if (!in.inputs[k].empty()) write_file(dir + "/in" + std::to_string(k) + ".bin", in.inputs[k]);
+  std::vector<std::string> logs;
+  for (const auto& n : plan.names) logs.push_back(dir + "/" + n + ".log");
+  const auto results = run_tools(plan, logs, in, opt);
+  nlohmann::json tools = nlohmann::json::array();
+  for (size_t k = 0; k < plan.runs.size(); ++k) {
+    const std::string& tool = plan.names[k];
+    std::string text = read_text(logs[k], 6000);
+    if (!results[k]) {
+      tools.push_back({{"tool", tool}, {"result", results[k].status().to_string()}});
+      s.evidence["tools"] = tools;
+      return done("rejected", tool + ": " + results[k].status().message());
+    }
+    const ProcessResult& r = results[k].value();
+    const bool clean = r.ok();
+    tools.push_back({{"tool", tool}, {"exit", r.exit_code}, {"signal", r.signal},
+                     {"millis", r.millis}, {"output", clean ? std::string() : text}});
+    if (!clean) {
+      s.evidence["tools"] = tools;
+      return done("rejected", tool + ": " + first_error_line(text));
     }
   }
-  if (s.outcome != "skipped") {
-    if (opt.sanitize_exe.empty() || access(opt.sanitize_exe.c_str(), X_OK) != 0) {
-      s.outcome = "skipped";
-      s.summary = "kernelcraft-sanitize not found";
-    }
-  }
-  if (s.outcome != "skipped") {
-    write_file(dir + "/call.json", in.call.dump());
-    write_file(dir + "/launch.json", in.launch.dump());
-    write_file(dir + "/kernel.bin", bin);
-    for (size_t k = 0; k < in.inputs.size(); ++k)
-      if (!in.inputs[k].empty())
-        write_file(dir + "/in" + std::to_string(k) + ".bin", in.inputs[k]);
-    // The tools run concurrently (each in its own process): wall time is the slowest one's.
-    std::vector<Result<ProcessResult>> results(runs.size(), Status::error(Code::kUnavailable, "not run"));
-    std::vector<std::string> names(runs.size()), logs(runs.size());
-    std::vector<std::thread> pool;
-    AddressSpaceLift lift;   // the runners start without the evaluation child's memory cap
-    for (size_t k = 0; k < runs.size(); ++k) {
-      names[k] = cuda ? opt.sanitizer_tools[k] : "asan";
-      logs[k] = dir + "/" + names[k] + ".log";
-      pool.emplace_back([&, k] {
-        ProcessOptions po;
-        po.timeout_s = opt.sanitizer_timeout_s;
-        po.output_path = logs[k];
-        po.env = env;
-        po.env.push_back("KERNELCRAFT_DEVICE=" + std::to_string(in.device));
-        results[k] = run_process(runs[k], po);
-      });
-    }
-    for (auto& t : pool) t.join();
-    nlohmann::json tools = nlohmann::json::array();
-    for (size_t k = 0; k < runs.size(); ++k) {
-      const std::string& tool = names[k];
-      std::string text = read_text(logs[k], 6000);
-      if (!results[k]) {
-        tools.push_back({{"tool", tool}, {"result", results[k].status().to_string()}});
-        s.evidence["tools"] = tools;
-        s.millis = ms_since(t0);
-        return reject(s, tool + ": " + results[k].status().message(), s.evidence);
-      }
-      const ProcessResult& r = results[k].value();
-      bool clean = r.ok();
-      tools.push_back({{"tool", tool}, {"exit", r.exit_code}, {"signal", r.signal},
-                       {"millis", r.millis}, {"output", clean ? std::string() : text}});
-      if (!clean) {
-        s.evidence["tools"] = tools;
-        s.millis = ms_since(t0);
-        return reject(s, tool + ": " + first_error_line(text), s.evidence);
-      }
-    }
-    s.evidence["tools"] = tools;
-    s.summary = "clean";
-  }
-  s.millis = ms_since(t0);
-  return s;
+  s.evidence["tools"] = tools;
+  return done("passed", "clean");
 }
 
 }  // namespace kc::evolve
