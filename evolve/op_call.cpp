@@ -191,7 +191,9 @@ Result<OpCall> call_from_key(const std::string& key) {
   }
   if (fields.size() < 5 || fields[0] != "kc" + std::to_string(kKeyVersion)) return bad_key("not a kc1 key");
   c.target = fields[1];
-  c.backend = c.target.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+  auto target = parse_target(c.target);
+  if (!target) return bad_key(target.status().message());
+  c.backend = target->backend();
   auto op = op_by_name(fields[2]);
   if (!op) return bad_key("unknown op " + fields[2]);
   c.op = *op;

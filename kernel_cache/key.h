@@ -12,6 +12,8 @@
 #pragma once
 #include <string>
 
+#include "runtime/status.h"
+
 #include "runtime/tensor_meta.h"
 
 namespace kc {
@@ -46,5 +48,14 @@ class KeyBuilder {
 std::string key_op(const std::string& key);
 // The target field of a key, or "".
 std::string key_target(const std::string& key);
+
+// What a target field names: "cpu-<isa>+<compiler>..." or "cuda-sm_<XX>+...". The one parser of
+// targets; anything else is kInvalid (never read as some default backend).
+struct TargetInfo {
+  enum class Kind { kCpu, kCuda } kind = Kind::kCpu;
+  int sm = 0;   // kCuda: the architecture, e.g. 90
+  const char* backend() const { return kind == Kind::kCuda ? "cuda" : "cpu"; }   // JSON and records
+};
+Result<TargetInfo> parse_target(const std::string& target);
 
 }  // namespace kc

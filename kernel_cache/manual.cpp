@@ -1,7 +1,6 @@
 // make_manual_record / put_record.
 #include "kernel_cache/manual.h"
 
-#include <cstdlib>
 #include <ctime>
 
 #include "kernel_cache/key.h"
@@ -15,20 +14,14 @@
 namespace kc {
 
 Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, std::string* backend) {
-  if (target.rfind("cpu-", 0) == 0) {
-    if (target != cpu_backend().target_id())
-      return Status::error(Code::kInvalid, "key is for CPU target " + target + " but this machine is " +
-                                               cpu_backend().target_id());
-    if (backend) *backend = "cpu";
-    return cpu_backend().compile(source);
-  }
-  if (target.rfind("cuda-sm_", 0) == 0) {
-    int sm = std::atoi(target.c_str() + 8);
-    if (sm <= 0) return Status::error(Code::kInvalid, "cannot read the architecture in " + target);
-    if (backend) *backend = "cuda";
-    return nvrtc_compile(source, sm);
-  }
-  return Status::error(Code::kUnsupported, "unknown target '" + target + "'");
+  auto t = parse_target(target);
+  if (!t) return t.status();
+  if (backend) *backend = t->backend();
+  if (t->kind == TargetInfo::Kind::kCuda) return nvrtc_compile(source, t->sm);
+  if (target != cpu_backend().target_id())
+    return Status::error(Code::kInvalid, "key is for CPU target " + target + " but this machine is " +
+                                             cpu_backend().target_id());
+  return cpu_backend().compile(source);
 }
 
 Result<Record> make_manual_record(const std::string& key, const std::string& source,

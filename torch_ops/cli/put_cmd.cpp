@@ -2,7 +2,6 @@
 // Without --verify the record is marked unverified in its provenance, and serving processes leave
 // it alone unless serve_unverified is set; with --verify it goes through the same gauntlet as an
 // evolved kernel first and is stored only if it passes, with the verdict in its meta.
-#include <cctype>
 #include <cstdio>
 #include <sstream>
 
@@ -29,25 +28,6 @@ std::string first_error_line(const std::string& msg) {
     if (line.find("error") != std::string::npos && line != first) return first + " " + line;
   }
   return first;
-}
-
-struct Target {
-  std::string backend;   // "cpu" | "cuda"
-  int sm = 0;            // cuda: the architecture, e.g. 90
-};
-
-// "cpu-..." or "cuda-sm_XX..." (kernel_cache/key.h); anything else cannot be compiled here.
-Result<Target> parse_target(const std::string& target) {
-  if (target.compare(0, 3, "cpu") == 0) return Target{"cpu", 0};
-  const std::string cuda = "cuda-sm_";
-  if (target.compare(0, cuda.size(), cuda) == 0) {
-    size_t i = cuda.size();
-    int sm = 0;
-    while (i < target.size() && std::isdigit(static_cast<unsigned char>(target[i])) && sm < 10000)
-      sm = sm * 10 + (target[i++] - '0');
-    if (i > cuda.size() && sm > 0) return Target{"cuda", sm};
-  }
-  return Status::error(Code::kInvalid, "key target '" + target + "' is neither cpu-... nor cuda-sm_XX...");
 }
 
 }  // namespace
@@ -79,7 +59,7 @@ int run_cache_put(const Args& args) {
   auto rec = make_manual_record(key, source, spec_json, verify ? "kernelcraft cache put --verify" : "kernelcraft cache put");
   if (!rec) {
     if (args.json) print_json({{"error", rec.status().to_string()}}, true);
-    return fail("compile failed for " + target->backend + ": " + first_error_line(rec.status().message()));
+    return fail("compile failed for " + std::string(target->backend()) + ": " + first_error_line(rec.status().message()));
   }
   Record& r = rec.value();
   if (verify) {
