@@ -257,7 +257,7 @@ class KeySearch {
     auto v = read_value(o_.cache_dir, key_);
     if (!v) return false;
     auto rec = decode_record(v.value());
-    return rec && rec->state == "served";
+    return rec && rec->state == RecordState::kServed;
   }
 
   std::optional<EvolveResult> prepare();
@@ -291,8 +291,9 @@ std::optional<EvolveResult> KeySearch::prepare() {
   // searched again, but its kernel is never stored again, and its evidence is kept.
   if (auto existing = read_value(o_.cache_dir, key_)) {
     auto rec = decode_record(existing.value());
-    if (rec && (rec->state == "served" || rec->state == "eager_best")) return ended("exists", rec->state);
-    if (rec && rec->state == "disabled") disabled_ = std::move(rec.value());
+    if (rec && (rec->state == RecordState::kServed || rec->state == RecordState::kEagerBest))
+      return ended("exists", state_name(rec->state));
+    if (rec && rec->state == RecordState::kDisabled) disabled_ = std::move(rec.value());
   }
   SearchState state;
   if (auto saved = read_value(o_.cache_dir, search_state_key(key_))) {
@@ -464,7 +465,7 @@ EvolveResult KeySearch::eager_best() {
   r.key = key_;
   r.op = op_info(call_.op).aten;
   r.backend = call_.backend;
-  r.state = "eager_best";
+  r.state = RecordState::kEagerBest;
   r.meta = {{"provenance", {{"by", "kernelcraft-evolve"}, {"at", iso_now()}}},
             {"policy", call_.policy},
             {"eager_median_ms", res_.eager_ms},

@@ -255,12 +255,12 @@ Result<Record> accept(Entry e, const std::string& signer, const ImportOptions& o
   // A record answers exactly for the key it was verified for; storing it under another would
   // serve it for calls it was never checked against.
   if (r.key != e.label) return Status::error(Code::kRejected, "record was made for a different key: " + r.key);
-  const bool reverify = static_cast<bool>(opts.checks.reverify) && r.state == "served";
+  const bool reverify = static_cast<bool>(opts.checks.reverify) && r.state == RecordState::kServed;
   if (record_verified(r) && signer.empty() && !reverify)
     return Status::error(Code::kRejected, "claims to be verified, but nothing here backs the claim (the bundle is not "
                                           "signed by a trusted key; use --trust, or --reverify)");
   if (e.hash.empty()) {
-    if (r.state == "served") return Status::error(Code::kRejected, "a served record without a binary");
+    if (r.state == RecordState::kServed) return Status::error(Code::kRejected, "a served record without a binary");
     return r;
   }
   auto built = opts.checks.rebuild ? opts.checks.rebuild(r) : rebuild_here(r);
@@ -315,7 +315,7 @@ Result<ImportStats> import_impl(Store& store, const std::string& path, const Imp
     if (!opts.dry_run) {
       KC_RETURN_IF_ERROR(store.put(label, value));
       const std::string target = key_target(label);
-      if (rec.value().state == "served" && target.rfind("cuda-", 0) == 0)
+      if (rec.value().state == RecordState::kServed && target.rfind("cuda-", 0) == 0)
         (void)ensure_live_compare(store.dir(), target);   // absent: live checks compare with ATen ops
     }
     ++st.imported;

@@ -7,7 +7,7 @@ namespace kc {
 
 Record disabled_copy(const Record& r, const nlohmann::json& evidence) {
   Record d = r;
-  d.state = "disabled";
+  d.state = RecordState::kDisabled;
   d.meta["disabled"] = evidence.is_object() ? evidence : nlohmann::json{{"why", evidence}};
   return d;
 }
@@ -24,9 +24,9 @@ Status disable_stored(const std::string& dir, const Record& checked, const nlohm
   if (!bytes) return bytes.status();
   auto now = decode_record(bytes.value());
   if (!now) return now.status();
-  if (!same_kernel(now.value(), checked) || (now->state != "served" && now->state != "disabled"))
+  if (!same_kernel(now.value(), checked) || (now->state != RecordState::kServed && now->state != RecordState::kDisabled))
     return Status::error(Code::kNotFound, "the record for this key was replaced meanwhile; left as it is");
-  if (now->state == "disabled") return Status::ok();
+  if (now->state == RecordState::kDisabled) return Status::ok();
   return store.value()->put(checked.key, encode_record(disabled_copy(now.value(), evidence)));
 }
 

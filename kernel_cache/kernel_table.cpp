@@ -43,7 +43,7 @@ struct KernelTable::StoreThread {
       auto bytes = store.get(key);
       if (!bytes && bytes.status().code() != Code::kNotFound) continue;   // unreadable now: keep serving
       Result<Record> now = bytes ? decode_record(bytes.value()) : Result<Record>(bytes.status());
-      if (!now || now->state != "served" || now->blob != old->blob || now->launch != old->launch ||
+      if (!now || now->state != RecordState::kServed || now->blob != old->blob || now->launch != old->launch ||
           record_verified(now.value()) != record_verified(*old))
         out.emplace_back(key, old);
     }
@@ -233,10 +233,10 @@ KernelTable::Lookup KernelTable::consult_store(const std::string& key) {
           log_once(LogLevel::kWarn, "bad-record:" + key,
                    "cache record is unreadable (" + rec.status().to_string() + "); serving eager for it");
           kind = Kind::kDisabled;
-        } else if (rec->state == "served" && !rec->blob.empty()) {
+        } else if (rec->state == RecordState::kServed && !rec->blob.empty()) {
           kind = Kind::kLoad;
           out.record = std::make_shared<const Record>(std::move(rec.value()));
-        } else if (rec->state == "eager_best") {
+        } else if (rec->state == RecordState::kEagerBest) {
           kind = Kind::kEagerBest;
         } else {
           kind = Kind::kDisabled;

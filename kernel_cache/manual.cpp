@@ -51,7 +51,7 @@ Status put_record(const std::string& dir, const Record& r, int lock_wait_ms) {
   }
   // A CUDA record will be live-checked where it is served: the comparison kernel goes beside it.
   const std::string target = key_target(r.key);
-  if (r.state == "served" && target.rfind("cuda-", 0) == 0)
+  if (r.state == RecordState::kServed && target.rfind("cuda-", 0) == 0)
     if (Status s = ensure_live_compare(dir, target); !s)
       log_once(LogLevel::kDebug, "live-compare:" + target, "no live-check kernel for " + target + ": " + s.to_string());
   return Status::ok();

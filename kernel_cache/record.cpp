@@ -49,13 +49,15 @@ Result<Record> decode_object(const json& j) {
   KC_RETURN_IF_ERROR(need_string(j, "key", r.key));
   KC_RETURN_IF_ERROR(need_string(j, "op", r.op));
   KC_RETURN_IF_ERROR(need_string(j, "backend", r.backend));
-  KC_RETURN_IF_ERROR(need_string(j, "state", r.state));
+  std::string state;
+  KC_RETURN_IF_ERROR(need_string(j, "state", state));
   KC_RETURN_IF_ERROR(need_string(j, "source", r.source));
   KC_RETURN_IF_ERROR(need_object(j, "launch", r.launch));
   KC_RETURN_IF_ERROR(need_object(j, "meta", r.meta));
   // An unknown state must not be mistaken for "served": the server launches only what it knows.
-  if (r.state != "served" && r.state != "eager_best" && r.state != "disabled")
-    return corrupt("unknown state '" + r.state + "'");
+  auto known = state_from(state);
+  if (!known) return corrupt("unknown state '" + state + "'");
+  r.state = *known;
   if (r.key.empty()) return corrupt("empty key");
   auto b = j.find("blob");
   if (b == j.end()) return corrupt("missing field 'blob'");
@@ -89,7 +91,7 @@ json fields_without_blob(const Record& r) {
   j["key"] = r.key;
   j["op"] = r.op;
   j["backend"] = r.backend;
-  j["state"] = r.state;
+  j["state"] = state_name(r.state);
   j["source"] = r.source;
   j["launch"] = r.launch;
   j["meta"] = r.meta;
@@ -143,6 +145,22 @@ const char* determinism_name(Determinism d) {
     case Determinism::kUnknown: break;
   }
   return "unknown";
+}
+
+const char* state_name(RecordState s) {
+  switch (s) {
+    case RecordState::kServed: return "served";
+    case RecordState::kEagerBest: return "eager_best";
+    case RecordState::kDisabled: return "disabled";
+  }
+  return "disabled";
+}
+
+std::optional<RecordState> state_from(std::string_view name) {
+  if (name == "served") return RecordState::kServed;
+  if (name == "eager_best") return RecordState::kEagerBest;
+  if (name == "disabled") return RecordState::kDisabled;
+  return std::nullopt;
 }
 
 std::optional<Determinism> determinism_from(std::string_view name) {

@@ -42,10 +42,15 @@ enum class Determinism { kUnknown, kBitwise, kVaries };
 const char* determinism_name(Determinism d);                       // "unknown" | "bitwise" | "varies"
 std::optional<Determinism> determinism_from(std::string_view name);  // nullopt for anything else
 
+// What the server does with a record (the schema's `state`).
+enum class RecordState { kServed, kEagerBest, kDisabled };
+const char* state_name(RecordState s);                            // "served" | "eager_best" | "disabled"
+std::optional<RecordState> state_from(std::string_view name);     // nullopt for anything else
+
 struct Record {
   int format = kRecordFormat;
   std::string key, op, backend;
-  std::string state = "served";
+  RecordState state = RecordState::kServed;
   std::string source;
   nlohmann::json launch = nlohmann::json::object();
   nlohmann::json meta = nlohmann::json::object();

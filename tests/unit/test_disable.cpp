@@ -89,7 +89,7 @@ TEST(DisableStored, ServedRecordBecomesDisabledWithEvidenceAndKernel) {
   const json evidence = {{"by", "live check"}, {"outputs", {{"error", 0.7}}}};
   ASSERT_TRUE(disable_stored(dir.path, r, evidence));
   Record d = stored(dir.path, r.key);
-  EXPECT_EQ(d.state, "disabled");
+  EXPECT_EQ(d.state, RecordState::kDisabled);
   EXPECT_EQ(d.meta["disabled"], evidence);
   EXPECT_TRUE(same_kernel(d, r)) << "the disabled kernel is kept, so it is never stored again by mistake";
   EXPECT_TRUE(disable_stored(dir.path, r, {{"by", "again"}})) << "disabling twice is fine";
@@ -103,7 +103,7 @@ TEST(DisableStored, AReplacedKernelIsLeftAlone) {
   ASSERT_TRUE(put_record(dir.path, now));
   Status s = disable_stored(dir.path, checked, {{"by", "live check"}});
   EXPECT_EQ(s.code(), Code::kNotFound) << s.to_string();
-  EXPECT_EQ(stored(dir.path, checked.key).state, "served");
+  EXPECT_EQ(stored(dir.path, checked.key).state, RecordState::kServed);
   Record gone = served("kc1|cpu|aten::relu|fp32|self=T:f32[10]s[1]a16", "x");
   EXPECT_EQ(disable_stored(dir.path, gone, {}).code(), Code::kNotFound);
 }

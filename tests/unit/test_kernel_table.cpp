@@ -32,7 +32,7 @@ void put_record(const std::string& dir, const std::string& key, const std::strin
   r.key = key;
   r.op = "aten::relu";
   r.backend = "cpu";
-  r.state = state;
+  r.state = state_from(state).value();   // the test names states as the records' JSON does
   if (state == "served") r.blob = blob;
   auto w = Store::open(dir, Store::Mode::kWriter);
   ASSERT_TRUE(w) << w.status().to_string();

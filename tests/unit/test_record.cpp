@@ -13,7 +13,7 @@ Record sample() {
   r.key = "kc1|cpu-x86_64+gcc-12.2.0|aten::relu|fp32|self=T:f32[16]s[1]a16";
   r.op = "aten::relu";
   r.backend = "cpu";
-  r.state = "served";
+  r.state = RecordState::kServed;
   r.source = "extern \"C\" void kc_relu(const kc_cpu_ctx* c, void* const* a) {}\n";
   r.launch = {{"version", 1}, {"launches", json::array({{{"entry", "kc_relu"}}})}};
   r.meta = {{"provenance", {{"by", "test"}, {"verified", false}}}, {"speedup", 1.25}};
@@ -48,12 +48,12 @@ TEST(Record, RoundTrip) {
 
 TEST(Record, EagerBestWithEmptyBlob) {
   Record r = sample();
-  r.state = "eager_best";
+  r.state = RecordState::kEagerBest;
   r.blob.clear();
   r.source.clear();
   auto back = decode_record(encode_record(r));
   ASSERT_TRUE(back) << back.status().to_string();
-  EXPECT_EQ(back->state, "eager_best");
+  EXPECT_EQ(back->state, RecordState::kEagerBest);
   EXPECT_TRUE(back->blob.empty());
 }
 
@@ -141,6 +141,20 @@ TEST(Record, SummaryReplacesBlob) {
   r.blob = "a";
   EXPECT_EQ(record_summary(r)["blob"]["fnv1a64"], "af63dc4c8601ec8c");
   EXPECT_NO_THROW(s.dump());
+}
+
+}  // namespace
+}  // namespace kc
+
+namespace kc {
+namespace {
+
+// States are an enum inside; their names exist only in the encoded record and the CLI's output.
+TEST(Record, StateNamesRoundTrip) {
+  for (RecordState s : {RecordState::kServed, RecordState::kEagerBest, RecordState::kDisabled})
+    EXPECT_EQ(state_from(state_name(s)), s) << state_name(s);
+  EXPECT_FALSE(state_from("unverified").has_value());
+  EXPECT_FALSE(state_from("").has_value());
 }
 
 }  // namespace

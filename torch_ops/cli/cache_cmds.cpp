@@ -102,7 +102,7 @@ int cmd_ls(const Args& args) {
     auto rec = decode_record(value);
     json row = {{"key", key}, {"op", key_op(key)}};
     if (rec) {
-      row.update({{"state", rec->state}, {"backend", rec->backend}, {"blob_bytes", rec->blob.size()},
+      row.update({{"state", state_name(rec->state)}, {"backend", rec->backend}, {"blob_bytes", rec->blob.size()},
                   {"source_bytes", rec->source.size()}, {"verified", record_verified(rec.value())},
                   {"determinism", determinism_name(rec->determinism)}});
       if (auto d = rec->meta.find("disabled"); d != rec->meta.end() && d->is_object())
@@ -194,7 +194,7 @@ int cmd_stats(const Args& args) {
       ++by_state["corrupt"];
       return true;
     }
-    ++by_state[rec->state];
+    ++by_state[state_name(rec->state)];
     ++by_backend[rec->backend];
     blob_bytes += rec->blob.size();
     return true;
