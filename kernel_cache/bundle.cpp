@@ -314,9 +314,7 @@ Result<ImportStats> import_impl(Store& store, const std::string& path, const Imp
     if (!old && old.status().code() != Code::kNotFound) return old.status();
     if (!opts.dry_run) {
       KC_RETURN_IF_ERROR(store.put(label, value));
-      const std::string target = key_target(label);
-      if (rec.value().state == RecordState::kServed && target.rfind("cuda-", 0) == 0)
-        (void)ensure_live_compare(store.dir(), target);   // absent: live checks compare with ATen ops
+      ensure_live_compare_for(store.dir(), rec.value());
     }
     ++st.imported;
     if (reverified) ++st.reverified;

@@ -6,8 +6,10 @@
 #include <cctype>
 #include <cstdio>
 
+#include "kernel_cache/key.h"
 #include "kernel_cache/manual.h"
 #include "runtime/fsutil.h"
+#include "runtime/log.h"
 
 namespace kc {
 
@@ -109,7 +111,8 @@ std::string live_compare_path(const std::string& dir, const std::string& target)
 }
 
 Status ensure_live_compare(const std::string& dir, const std::string& target) {
-  if (target.rfind("cuda-", 0) != 0) return Status::error(Code::kInvalid, "not a CUDA target: " + target);
+  auto t = parse_target(target);
+  if (!t || t->kind != TargetInfo::Kind::kCuda) return Status::error(Code::kInvalid, "not a CUDA target: " + target);
   const std::string path = live_compare_path(dir, target);
   if (path_exists(path)) return Status::ok();
   auto out = compile_for_target(target, live_compare_source(), nullptr);
@@ -122,6 +125,13 @@ Status ensure_live_compare(const std::string& dir, const std::string& target) {
     return Status::error(Code::kIOError, "cannot write " + path);
   }
   return Status::ok();
+}
+
+void ensure_live_compare_for(const std::string& dir, const Record& r) {
+  if (r.state != RecordState::kServed || r.backend != "cuda") return;
+  const std::string target = key_target(r.key);
+  if (Status s = ensure_live_compare(dir, target); !s)
+    log_once(LogLevel::kDebug, "live-compare:" + target, "no live-check kernel for " + target + ": " + s.to_string());
 }
 
 Result<std::string> read_live_compare(const std::string& dir, const std::string& target) {

@@ -18,6 +18,7 @@
 #pragma once
 #include <string>
 
+#include "kernel_cache/record.h"
 #include "runtime/status.h"
 
 namespace kc {
@@ -31,6 +32,10 @@ std::string live_compare_path(const std::string& dir, const std::string& target)
 // Builds and writes the CUBIN for `target` unless `dir` already has it. ok when it is there
 // afterwards; an error (no NVRTC, a read-only directory) leaves the ATen comparison in use.
 Status ensure_live_compare(const std::string& dir, const std::string& target);
+
+// ensure_live_compare for a record just stored: only served CUDA records need the kernel; any
+// other record is ok at once. Failures are logged at debug level (live checks then use ATen ops).
+void ensure_live_compare_for(const std::string& dir, const Record& r);
 
 // The stored CUBIN for `target`, or kNotFound.
 Result<std::string> read_live_compare(const std::string& dir, const std::string& target);

@@ -9,7 +9,6 @@
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
-#include "runtime/log.h"
 
 namespace kc {
 
@@ -49,11 +48,7 @@ Status put_record(const std::string& dir, const Record& r, int lock_wait_ms) {
     if (!store) return store.status();
     KC_RETURN_IF_ERROR(store.value()->put(r.key, encode_record(r)));
   }
-  // A CUDA record will be live-checked where it is served: the comparison kernel goes beside it.
-  const std::string target = key_target(r.key);
-  if (r.state == RecordState::kServed && target.rfind("cuda-", 0) == 0)
-    if (Status s = ensure_live_compare(dir, target); !s)
-      log_once(LogLevel::kDebug, "live-compare:" + target, "no live-check kernel for " + target + ": " + s.to_string());
+  ensure_live_compare_for(dir, r);   // a CUDA record is live-checked where it is served
   return Status::ok();
 }
 
