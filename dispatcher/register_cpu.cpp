@@ -1,24 +1,10 @@
 // Interception kernels at the CPU dispatch key, falling back to at::cpu::<op>.
 #include <ATen/ATen.h>
-#include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
-#include <ATen/ops/_log_softmax_cpu_dispatch.h>
-#include <ATen/ops/_softmax_backward_data_cpu_dispatch.h>
-#include <ATen/ops/_softmax_cpu_dispatch.h>
-#include <ATen/ops/gelu_backward_cpu_dispatch.h>
-#include <ATen/ops/gelu_cpu_dispatch.h>
-#include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
-#include <ATen/ops/native_layer_norm_cpu_dispatch.h>
-#include <ATen/ops/relu_cpu_dispatch.h>
-#include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
-#include <ATen/ops/sigmoid_cpu_dispatch.h>
-#include <ATen/ops/silu_backward_cpu_dispatch.h>
-#include <ATen/ops/silu_cpu_dispatch.h>
-#include <ATen/ops/tanh_backward_cpu_dispatch.h>
-#include <ATen/ops/tanh_cpu_dispatch.h>
-#include <ATen/ops/threshold_backward_cpu_dispatch.h>
+#include <ATen/CPUFunctions.h>
 #include <torch/library.h>
 
 #include "dispatcher/call.h"
+#include "dispatcher/intercept.h"
 #include "dispatcher/registry.h"
 
 namespace kc::dispatch {
@@ -29,6 +15,6 @@ namespace kc::dispatch {
 #undef KC_NS
 #undef KC_DEV
 
-void register_cpu(torch::Library& lib, OpId op) { register_one(lib, op); }
+bool register_cpu(torch::Library& lib, OpId op) { return register_one(lib, op); }
 
 }  // namespace kc::dispatch

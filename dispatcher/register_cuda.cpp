@@ -1,25 +1,11 @@
 // Interception kernels at the CUDA dispatch key, falling back to at::cuda::<op>, on PyTorch's current stream.
 #include <ATen/ATen.h>
-#include <ATen/ops/_log_softmax_backward_data_cuda_dispatch.h>
-#include <ATen/ops/_log_softmax_cuda_dispatch.h>
-#include <ATen/ops/_softmax_backward_data_cuda_dispatch.h>
-#include <ATen/ops/_softmax_cuda_dispatch.h>
-#include <ATen/ops/gelu_backward_cuda_dispatch.h>
-#include <ATen/ops/gelu_cuda_dispatch.h>
-#include <ATen/ops/native_layer_norm_backward_cuda_dispatch.h>
-#include <ATen/ops/native_layer_norm_cuda_dispatch.h>
-#include <ATen/ops/relu_cuda_dispatch.h>
-#include <ATen/ops/sigmoid_backward_cuda_dispatch.h>
-#include <ATen/ops/sigmoid_cuda_dispatch.h>
-#include <ATen/ops/silu_backward_cuda_dispatch.h>
-#include <ATen/ops/silu_cuda_dispatch.h>
-#include <ATen/ops/tanh_backward_cuda_dispatch.h>
-#include <ATen/ops/tanh_cuda_dispatch.h>
-#include <ATen/ops/threshold_backward_cuda_dispatch.h>
+#include <ATen/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "dispatcher/call.h"
+#include "dispatcher/intercept.h"
 #include "dispatcher/registry.h"
 #include "runtime/cuda_api.h"
 
@@ -44,10 +30,10 @@ bool capturing(int device) {
 }
 }  // namespace
 
-void register_cuda(torch::Library& lib, OpId op) {
+bool register_cuda(torch::Library& lib, OpId op) {
   cuda_hooks().stream = &current_stream;
   cuda_hooks().capturing = &capturing;
-  register_one(lib, op);
+  return register_one(lib, op);
 }
 
 }  // namespace kc::dispatch

@@ -6,9 +6,10 @@
 
 namespace kc::dispatch {
 
-void register_cpu(torch::Library& lib, OpId op);
+// False (with a log line) if the op could not be registered.
+bool register_cpu(torch::Library& lib, OpId op);
 #ifdef KC_WITH_CUDA
-void register_cuda(torch::Library& lib, OpId op);
+bool register_cuda(torch::Library& lib, OpId op);
 #endif
 
 }  // namespace kc::dispatch

@@ -5,7 +5,7 @@ namespace kc {
 
 const std::vector<OpInfo>& all_ops() {
   static const std::vector<OpInfo> ops = {
-#define KC_OP(id, name, aten, family, on) {OpId::k##id, name, aten, OpFamily::k##family, on},
+#define KC_OP(id, name, fn, overload, family, on) {OpId::k##id, name, "aten::" #fn, overload, OpFamily::k##family, on},
 #include "runtime/ops.def"
 #undef KC_OP
   };

@@ -9,7 +9,7 @@
 namespace kc {
 
 enum class OpId : int {
-#define KC_OP(id, name, aten, family, on) k##id,
+#define KC_OP(id, name, fn, overload, family, on) k##id,
 #include "runtime/ops.def"
 #undef KC_OP
   kCount
@@ -26,6 +26,7 @@ struct OpInfo {
   OpId id;
   const char* name;      // short name used in config and the CLI, e.g. "relu", "relu_backward"
   const char* aten;      // the dispatcher operator it intercepts, e.g. "aten::threshold_backward"
+  const char* overload;  // its overload name ("" for the default overload)
   OpFamily family;
   bool default_on;       // part of the default interception list
 };
