@@ -192,8 +192,7 @@ Binding Call::binding(const std::vector<at::Tensor>& outs) const {
 void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
   KernelTable& table = State::get().table();
   const Record& r = *loading_;
-  const char* want = dev_ == Dev::kCuda ? "cuda" : "cpu";
-  if (r.key != key_ || r.backend != want) {
+  if (r.key != key_ || r.backend != dev_) {
     table.disable(key_, "record does not belong to this key or backend");
     return;
   }
@@ -205,15 +204,9 @@ void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
   Binding b = binding(eager_outs);
   auto resolved = resolve(spec.value(), b);
   if (!resolved) return table.disable(key_, "launch spec: " + resolved.status().to_string());
-  Backend* be = nullptr;
-  if (dev_ == Dev::kCpu) {
-    be = &cpu_backend();
-  } else {
-    auto cb = cuda_backend(device_);
-    if (!cb) return table.disable(key_, "cuda backend: " + cb.status().to_string());
-    be = cb.value();
-  }
-  auto launcher = be->load(r.blob, resolved.value());
+  auto be = backend_for(dev_, device_);
+  if (!be) return table.disable(key_, std::string(backend_name(dev_)) + " backend: " + be.status().to_string());
+  auto launcher = be.value()->load(r.blob, resolved.value());
   if (!launcher) return table.disable(key_, "load: " + launcher.status().to_string());
   auto k = std::make_shared<LoadedKernel>();
   k->key = key_;

@@ -108,9 +108,7 @@ const std::string& State::target(Dev dev, int device) {
   std::lock_guard<std::mutex> g(proc_.get().target_mu);
   if (const std::string* t = slot.load(std::memory_order_acquire)) return *t;
   std::string id;
-  if (dev == Dev::kCpu) {
-    id = cpu_backend().target_id();
-  } else if (auto be = cuda_backend(device)) {
+  if (auto be = backend_for(dev, device)) {
     id = be.value()->target_id();
   } else {
     // Keys stay well-formed (and never match a stored kernel) when the backend is unusable.

@@ -18,7 +18,7 @@
 
 namespace kc::dispatch {
 
-enum class Dev { kCpu, kCuda };
+using Dev = BackendKind;   // the backend key a call arrived at
 
 struct OpCounters {
   std::atomic<uint64_t> hits{0};        // served by a cached kernel

@@ -91,19 +91,6 @@ std::optional<Message> recv_message(int fd) {
   return m;
 }
 
-nlohmann::json stage_json(const Stage& s) {
-  return {{"name", s.name}, {"outcome", s.outcome}, {"summary", s.summary}, {"evidence", s.evidence}, {"millis", s.millis}};
-}
-
-Stage stage_from(const nlohmann::json& j) {
-  Stage s;
-  s.name = j.value("name", "sanitizer");
-  s.outcome = j.value("outcome", "rejected");
-  s.summary = j.value("summary", "");
-  s.evidence = j.value("evidence", nlohmann::json::object());
-  s.millis = j.value("millis", 0.0);
-  return s;
-}
 
 int thread_count() {
   DIR* d = opendir("/proc/self/task");
@@ -145,7 +132,7 @@ nlohmann::json serve_one(const Message& m, const GauntletOptions& o, std::string
   }
   if (op == "sanitize" && m.blobs.size() >= 2) {
     SanitizerRun run;
-    run.backend = m.head.value("backend", "cpu");
+    run.backend = backend_from_name(m.head.value("backend", "")).value_or(BackendKind::kCpu);
     run.device = m.head.value("device", 0);
     run.call = m.head.value("call", nlohmann::json::object());
     run.launch = m.head.value("launch", nlohmann::json::object());
@@ -153,7 +140,7 @@ nlohmann::json serve_one(const Message& m, const GauntletOptions& o, std::string
     run.binary = m.blobs[1];
     run.inputs.assign(m.blobs.begin() + 2, m.blobs.end());
     reply["ok"] = true;
-    reply["stage"] = stage_json(run_sanitizers(run, o));
+    reply["stage"] = run_sanitizers(run, o).to_json();
     return reply;
   }
   reply["ok"] = false;
@@ -266,13 +253,13 @@ Result<CompileOutput> Broker::compile(const std::string& source) {
   return out;
 }
 
-Stage Broker::sanitize(const SanitizerRun& run) {
+StageReport Broker::sanitize(const SanitizerRun& run) {
   auto lost = [](const std::string& why) {
-    return Stage{"sanitizer", "rejected", why, nlohmann::json::object(), 0};
+    return StageReport{StageId::kSanitizer, Outcome::kRejected, why, nlohmann::json::object(), 0};
   };
   if (broken_) return lost("the sandbox broker is gone");
   const uint64_t seq = ++seq_;
-  nlohmann::json head = {{"op", "sanitize"}, {"seq", seq}, {"backend", run.backend}, {"device", run.device},
+  nlohmann::json head = {{"op", "sanitize"}, {"seq", seq}, {"backend", backend_name(run.backend)}, {"device", run.device},
                          {"call", run.call}, {"launch", run.launch}};
   std::vector<const std::string*> blobs = {&run.source, &run.binary};
   for (const auto& in : run.inputs) blobs.push_back(&in);
@@ -282,7 +269,7 @@ Stage Broker::sanitize(const SanitizerRun& run) {
     broken_ = true;
     return lost("the sandbox broker did not answer the sanitizer request");
   }
-  return stage_from(m->head["stage"]);
+  return StageReport::from_json(m->head["stage"], StageId::kSanitizer);
 }
 
 }  // namespace kc::evolve

@@ -31,7 +31,7 @@ class Broker {
   // cpu_compile(source) in the broker.
   Result<CompileOutput> compile(const std::string& source);
   // run_sanitizers(run, o) in the broker; a broken channel is a rejected stage saying so.
-  Stage sanitize(const SanitizerRun& run);
+  StageReport sanitize(const SanitizerRun& run);
   // True once a request failed on the channel (the broker died, or something wrote into the
   // socket): this child can compile nothing more and should be replaced.
   bool broken() const { return broken_; }

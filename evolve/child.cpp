@@ -110,7 +110,7 @@ int eval_child_main(int argc, char** argv) {
   o.work_dir = owned_temp_path("sanitize");
   // AddressSanitizer's resident memory: the cap plus its shadow and quarantine.
   if (a.address_space_mb > 0) o.sanitizer_rss_mb = a.address_space_mb + 2048;
-  SandboxPolicy policy = sandbox_policy(load_config().evolve_sandbox, call.backend == "cuda", a.cpu_limit_s);
+  SandboxPolicy policy = sandbox_policy(load_config().evolve_sandbox, call.backend == BackendKind::kCuda, a.cpu_limit_s);
   std::unique_ptr<Broker> broker;
   if (policy.filter) {
     // Forked now, while this process has one thread (torch starts its pools on first use).
@@ -145,8 +145,9 @@ int eval_child_main(int argc, char** argv) {
     if (req.is_discarded() || !req.is_object()) continue;
     const std::string id = req.value("id", "");
     current_id = id;
-    Verdict v = g.value()->run(req.value("source", ""), req.value("launch", nlohmann::json::object()),
-                               req.value("mode", "search"), req.value("set", "normal"));
+    const Mode mode = mode_from_name(req.value("mode", "")).value_or(Mode::kSearch);
+    Verdict v = g.value()->run(req.value("source", ""), req.value("launch", nlohmann::json::object()), mode,
+                               req.value("set", "normal"));
     const bool lost = g.value()->context_lost();
     // context_lost tells the parent not to send more: this process exits right after the answer.
     // The child's own peak resident memory so far (the memory cap's evidence; docs/PERF.md).

@@ -85,7 +85,7 @@ Result<nlohmann::json> ChildSession::request(const std::string& id, const std::s
 
 void ChildSession::explain_crash(nlohmann::json& verdict, const std::string& id, const std::string& source,
                                  const nlohmann::json& launch) {
-  if (!ready_.contains("call") || ready_["call"].value("backend", "") != "cpu") return;
+  if (!ready_.contains("call") || backend_from_name(ready_["call"].value("backend", "")) != BackendKind::kCpu) return;
   const nlohmann::json where = verdict["stages"][0]["evidence"].value("where", nlohmann::json::object());
   const std::string set = where.is_object() ? where.value("set", "") : "";
   if (set.empty()) return;   // it died outside a candidate call: nothing to replay

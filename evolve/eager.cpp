@@ -1,5 +1,8 @@
-// Eager references and input generation for the intercepted operators.
+// Eager references and input generation for the intercepted operators: the families' homes
+// (evolve/ops/) hold what is particular to each; this is what they share.
 #include "evolve/eager.h"
+
+#include "evolve/ops/reference.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -39,57 +42,8 @@ at::Tensor empty_like_meta(const TensorMeta& m, at::Device dev) {
   return at::empty_strided(m.sizes, m.strides, opts);
 }
 
-namespace {
-
-at::Scalar threshold_of(const OpCall& c) {
-  const ScalarArg* s = c.scalar("threshold");
-  if (s && std::holds_alternative<double>(s->value)) return at::Scalar(std::get<double>(s->value));
-  return at::Scalar(c.int_arg("threshold", 0));
-}
-
-std::vector<at::Tensor> list(at::Tensor t) { return {std::move(t)}; }
-std::vector<at::Tensor> list(std::tuple<at::Tensor, at::Tensor, at::Tensor> t) {
-  return {std::get<0>(t), std::get<1>(t), std::get<2>(t)};
-}
-
-std::optional<at::Tensor> opt(const at::Tensor& t) {
-  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
-}
-
-}  // namespace
-
 std::vector<at::Tensor> run_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
-  const std::string approx = c.string_arg("approximate", "none");
-  switch (c.op) {
-    case OpId::kRelu: return list(at::relu(in[0]));
-    case OpId::kGelu: return list(at::gelu(in[0], approx));
-    case OpId::kSilu: return list(at::silu(in[0]));
-    case OpId::kSigmoid: return list(at::sigmoid(in[0]));
-    case OpId::kTanh: return list(at::tanh(in[0]));
-    case OpId::kSoftmax: return list(at::_softmax(in[0], c.int_arg("dim", -1), c.int_arg("half_to_float", 0)));
-    case OpId::kLogSoftmax:
-      return list(at::_log_softmax(in[0], c.int_arg("dim", -1), c.int_arg("half_to_float", 0)));
-    case OpId::kLayerNorm:
-      return list(at::native_layer_norm(in[0], c.list_arg("normalized_shape"), opt(in[1]), opt(in[2]),
-                                        c.double_arg("eps", 1e-5)));
-    case OpId::kReluBackward: return list(at::threshold_backward(in[0], in[1], threshold_of(c)));
-    case OpId::kGeluBackward: return list(at::gelu_backward(in[0], in[1], approx));
-    case OpId::kSiluBackward: return list(at::silu_backward(in[0], in[1]));
-    case OpId::kSigmoidBackward: return list(at::sigmoid_backward(in[0], in[1]));
-    case OpId::kTanhBackward: return list(at::tanh_backward(in[0], in[1]));
-    case OpId::kSoftmaxBackward:
-      return list(at::_softmax_backward_data(in[0], in[1], c.int_arg("dim", -1), in[1].scalar_type()));
-    case OpId::kLogSoftmaxBackward:
-      return list(at::_log_softmax_backward_data(in[0], in[1], c.int_arg("dim", -1), in[1].scalar_type()));
-    case OpId::kLayerNormBackward: {
-      auto m = c.list_arg("output_mask");
-      std::array<bool, 3> mask = {m.size() > 0 && m[0], m.size() > 1 && m[1], m.size() > 2 && m[2]};
-      return list(at::native_layer_norm_backward(in[0], in[1], c.list_arg("normalized_shape"), in[2], in[3],
-                                                 opt(in[4]), opt(in[5]), mask));
-    }
-    case OpId::kCount: break;
-  }
-  return {};
+  return family_reference(op_info(c.op).family).eager(c, in);
 }
 
 std::vector<at::Tensor> run_fp64(const OpCall& c, const std::vector<at::Tensor>& in) {
@@ -98,15 +52,7 @@ std::vector<at::Tensor> run_fp64(const OpCall& c, const std::vector<at::Tensor>&
   return run_eager(c, d);
 }
 
-const std::vector<std::string>& input_kinds(OpId op) {
-  static const std::vector<std::string> elementwise = {"normal", "large", "offset", "extreme", "special"};
-  static const std::vector<std::string> reduction = {"normal", "large", "offset", "extreme"};
-  switch (op_info(op).family) {
-    case OpFamily::kUnary:
-    case OpFamily::kUnaryBackward: return elementwise;
-    default: return reduction;
-  }
-}
+const std::vector<std::string>& input_kinds(OpId op) { return *family_reference(op_info(op).family).kinds; }
 
 namespace {
 
@@ -114,11 +60,11 @@ at::Tensor values(const TensorMeta& m, const std::string& kind, at::Generator& g
   auto opts = at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev);
   at::Tensor base = at::empty(m.sizes, opts.dtype(at::kFloat).device(at::kCPU));
   base.normal_(0, 1, g);
-  const OpFamily fam = op_info(op).family;
+  const FamilyReference& fam = family_reference(op_info(op).family);
   if (kind == "large") {
-    base.mul_(fam == OpFamily::kSoftmax ? 1e4 : 1e3);
+    base.mul_(fam.large_scale);
   } else if (kind == "offset") {
-    base.add_(fam == OpFamily::kLayerNorm || fam == OpFamily::kLayerNormBackward ? 100.0 : 3.0);
+    base.add_(fam.offset);
   } else if (kind == "extreme") {
     // A repeating pattern of denormals, tiny, huge and signed zeros over the normal values.
     const float pattern[] = {1e-40f, -3e-39f, 1e-30f, 0.0f, -0.0f, 88.0f, -88.0f, 1e4f, -1e4f, 1e-7f};
@@ -143,31 +89,7 @@ std::vector<at::Tensor> make_inputs(const OpCall& c, const std::string& kind, ui
   std::vector<at::Tensor> in;
   for (const auto& m : c.inputs) in.push_back(m.defined ? values(m, kind, g, dev, c.op) : at::Tensor());
   // Inputs that come from the forward pass in training are derived from it, so they are consistent.
-  auto fwd_of = [&](const TensorMeta& m, at::Tensor x) {
-    at::Tensor y;
-    switch (c.op) {
-      case OpId::kSigmoidBackward: y = at::sigmoid(x); break;
-      case OpId::kTanhBackward: y = at::tanh(x); break;
-      case OpId::kSoftmaxBackward: y = at::_softmax(x, c.int_arg("dim", -1), false); break;
-      case OpId::kLogSoftmaxBackward: y = at::_log_softmax(x, c.int_arg("dim", -1), false); break;
-      default: return x;
-    }
-    at::Tensor out = empty_like_meta(m, dev);
-    out.copy_(y);
-    return out;
-  };
-  switch (c.op) {
-    case OpId::kSigmoidBackward: case OpId::kTanhBackward: case OpId::kSoftmaxBackward: case OpId::kLogSoftmaxBackward:
-      in[1] = fwd_of(c.inputs[1], in[1]);
-      break;
-    case OpId::kLayerNormBackward: {
-      auto stats = at::native_layer_norm(in[1], c.list_arg("normalized_shape"), opt(in[4]), opt(in[5]), 1e-5);
-      in[2].copy_(std::get<1>(stats).view(in[2].sizes()));
-      in[3].copy_(std::get<2>(stats).view(in[3].sizes()));
-      break;
-    }
-    default: break;
-  }
+  if (auto derive = family_reference(op_info(c.op).family).derive) derive(c, in, dev);
   return in;
 }
 

@@ -23,6 +23,7 @@
 #include <functional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "evolve/op_call.h"
+#include "evolve/stage.h"
 #include "runtime/status.h"
 #include "runtime/timing.h"
 
@@ -58,25 +60,17 @@ struct GauntletOptions {
   Broker* broker = nullptr;
 };
 
-struct Stage {
-  std::string name;
-  std::string outcome;                // "passed" | "rejected" | "skipped"
-  std::string summary;                // one line
-  nlohmann::json evidence = nlohmann::json::object();
-  double millis = 0;
-};
-
 struct Verdict {
   bool verified = false;
-  std::string stage;                  // the stage that rejected ("" when verified)
-  std::vector<Stage> stages;
+  std::optional<StageId> stage;       // the stage that rejected (none when verified)
+  std::vector<StageReport> stages;
   double median_ms = 0, mad_ms = 0, eager_median_ms = 0, eager_mad_ms = 0;
   // Full mode: candidate and eager timed interleaved (runtime/timing.h PairedTiming); speedup =
   // eager / candidate per pair. 0 pairs in search mode, where eager's time is measured once.
   int pairs = 0;
   double speedup_median = 0, speedup_p10 = 0, wins = 0;
   nlohmann::json to_json() const;
-  const Stage* rejection() const;
+  const StageReport* rejection() const;
 };
 
 class Gauntlet {
@@ -86,10 +80,9 @@ class Gauntlet {
   static Result<std::unique_ptr<Gauntlet>> create(OpCall call, int device, std::vector<at::Tensor> captured,
                                                   GauntletOptions o);
   ~Gauntlet();
-  // mode "search": static..recheck; "full": everything, sanitizers included; "sanitize": static,
-  // compile, load, then the sanitizer stage alone on input set `set` (a crash's replay).
-  Verdict run(const std::string& source, const nlohmann::json& launch, const std::string& mode,
-              const std::string& set = "normal");
+  // Every stage of gauntlet_stages() that runs in `mode` (stage.h), in order, until one rejects;
+  // `set` is the input set of the sanitize mode's replay.
+  Verdict run(const std::string& source, const nlohmann::json& launch, Mode mode, const std::string& set = "normal");
   // Eager's time on the normal input set (measured once, on first use).
   Result<Timing> eager_timing();
   const OpCall& call() const;
@@ -99,13 +92,11 @@ class Gauntlet {
   // The input sets' names, for reports.
   std::vector<std::string> set_names() const;
 
+  struct Impl;   // the gauntlet's state (gauntlet_impl.h)
+  struct Run;    // one run's state, which the stages share (gauntlet_run.h)
+
  private:
-  struct Impl;
-  struct Run;   // one run's state and its stages (gauntlet.cpp)
   explicit Gauntlet(std::unique_ptr<Impl> p);
-  // The sanitizer stage on `set`, appended to v; false (and v.stage set) if it rejected.
-  bool sanitize(Verdict& v, const std::string& source, const std::string& binary, const nlohmann::json& launch,
-                const InputSet& set);
   std::unique_ptr<Impl> p_;
 };
 

@@ -41,7 +41,7 @@ struct Gauntlet::Impl {
   std::unique_ptr<Launcher> scrub;     // fills shared memory with NaN before each candidate call
   uint64_t fresh_seed = 1000;
 
-  bool cuda() const { return call.backend == "cuda"; }
+  bool cuda() const { return call.backend == BackendKind::kCuda; }
 
   Status sync() {
     if (!cuda()) return Status::ok();

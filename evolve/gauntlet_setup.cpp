@@ -25,15 +25,13 @@ Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std:
   impl->device = device;
   impl->opt = std::move(o);
   try {
+    auto be = backend_for(impl->call.backend, device);
+    if (!be) return be.status();
+    impl->be = be.value();
     if (impl->cuda()) {
-      auto be = cuda_backend(device);
-      if (!be) return be.status();
-      impl->be = be.value();
       impl->dev = at::Device(at::kCUDA, static_cast<at::DeviceIndex>(device));
       at::empty({1}, at::TensorOptions().device(impl->dev));   // torch's context first: the primary one
       impl->make_scrubber();
-    } else {
-      impl->be = &cpu_backend();
     }
     const OpCall& c = impl->call;
     impl->resident = sets_resident(c);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "evolve/child_session.h"
+#include "evolve/llm.h"
 #include "evolve/memory_cap.h"
 #include "evolve/sandbox.h"
 #include "evolve/worker.h"
@@ -29,6 +30,7 @@ class KeySearch {
   KeySearch(const std::string& key, const std::string& job_file, int device, const EvolveOptions& o)
       : key_(key), job_file_(job_file), device_(device), o_(o) {
     res_.key = key;
+    if (o_.llm.enabled()) freeform_.push_back(std::make_unique<LlmProposer>(o_.llm));
   }
 
   EvolveResult run() {
@@ -70,6 +72,7 @@ class KeySearch {
   std::optional<EvolveResult> prepare();
   std::optional<EvolveResult> start_child();
   std::optional<EvolveResult> search_loop();
+  void ask_freeform(Search& search, std::vector<Candidate>& batch);
   void rest_after(const nlohmann::json& verdict, const Evaluation& e, double dt);
   std::optional<EvolveResult> promote();
   Result<Record> promoted_record(const Evaluation& e, const Candidate& cand, const nlohmann::json& v);
@@ -83,6 +86,7 @@ class KeySearch {
   OpCall call_;
   std::optional<Record> disabled_;   // a record the live check disabled: never stored again
   std::unique_ptr<Search> search_;
+  std::vector<std::unique_ptr<FreeformProposer>> freeform_;   // the configured free-form proposers
   int64_t mem_cap_ = 0;
   double eager_mad_ = 0;
   nlohmann::json attempts_ = nlohmann::json::array();   // promotions refused
@@ -125,7 +129,7 @@ std::optional<EvolveResult> KeySearch::start_child() {
   const double lifetime_s = o_.search.key_budget_s + o_.max_promote_tries * o_.candidate_timeout_s;
   std::vector<std::string> argv = {o_.self_exe, "eval-child", "--device", std::to_string(device_), "--cpu-limit-s",
                                    std::to_string(sandbox_cpu_seconds(lifetime_s))};
-  if (mem_cap_ > 0 && call_.backend == "cpu")
+  if (mem_cap_ > 0 && call_.backend == BackendKind::kCpu)
     argv.insert(argv.end(), {"--address-space-mb", std::to_string(mem_cap_ >> 20)});
   if (!job_file_.empty()) {
     argv.insert(argv.end(), {"--job", job_file_});
@@ -142,18 +146,25 @@ std::optional<EvolveResult> KeySearch::start_child() {
   return std::nullopt;
 }
 
+// Each free-form proposer's kernel for this generation joins the batch (and the search state).
+void KeySearch::ask_freeform(Search& search, std::vector<Candidate>& batch) {
+  search.freeform_asked();
+  for (const auto& p : freeform_) {
+    auto t0 = Clock::now();
+    auto k = p->propose(call_, search.freeform_context(*p, res_.eager_ms));
+    auto c = k ? search.add_proposal(*p, k.value()) : Result<Candidate>(k.status());
+    search.add_elapsed(secs_since(t0));
+    if (c) batch.push_back(std::move(c.value()));
+    else say(std::string(p->name()) + " proposer: " + c.status().to_string());
+  }
+}
+
 std::optional<EvolveResult> KeySearch::search_loop() {
   Search& search = *search_;
   auto t_run = Clock::now();
   while (!search.state().finished) {
     std::vector<Candidate> batch = search.next_batch();
-    if (!batch.empty() && o_.llm.enabled() && search.llm_due()) {
-      auto t0 = Clock::now();
-      auto p = propose_with_llm(search, call_, res_.eager_ms, o_.llm);
-      search.add_elapsed(secs_since(t0));
-      if (p) batch.push_back(std::move(p.value()));
-      else say("LLM proposer: " + p.status().to_string());
-    }
+    if (!batch.empty() && !freeform_.empty() && search.freeform_due()) ask_freeform(search, batch);
     persist();
     if (batch.empty()) break;
     for (const Candidate& c : batch) {

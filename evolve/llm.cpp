@@ -46,7 +46,7 @@ std::string strip(const std::string& s) {
 }  // namespace
 
 json llm_messages(const OpCall& c, const LlmContext& ctx) {
-  const bool cuda = c.backend == "cuda";
+  const bool cuda = c.backend == BackendKind::kCuda;
   std::string system = std::string("You write fast, exactly correct ") + (cuda ? "CUDA" : "CPU") +
                        " kernels for one PyTorch operator call. " + (cuda ? kCudaRules : kCpuRules) + " " +
                        kLaunchFormat +
@@ -63,7 +63,7 @@ json llm_messages(const OpCall& c, const LlmContext& ctx) {
     return std::string(b);
   };
   std::string task = std::string("Operator: ") + op_info(c.op).aten + " (" + op_info(c.op).name + "), backend " +
-                     c.backend + ", target " + c.target + ", precision policy " + c.policy + ".\n" +
+                     backend_name(c.backend) + ", target " + c.target + ", precision policy " + c.policy + ".\n" +
                      "The call (inputs, outputs, scalars): " + to_json(c).dump() + "\n";
   if (ctx.eager_ms > 0) task += "PyTorch's own kernel takes " + speed(ctx.eager_ms) + ".\n";
   for (size_t i = 0; i < ctx.best.size(); ++i) {
@@ -198,5 +198,13 @@ Result<LlmProposal> ask_llm(const LlmOptions&, const OpCall&, const LlmContext&)
   return Status::error(Code::kUnsupported, "this build has no libcurl; the LLM proposer is unavailable");
 }
 #endif
+
+Result<FreeformKernel> LlmProposer::propose(const OpCall& c, const FreeformContext& ctx) const {
+  auto p = ask_llm(o_, c, ctx);
+  if (!p) return p.status();
+  FreeformKernel k{p.value().source, p.value().launch, {}};
+  for (const ShownKernel& s : ctx.best) k.parents.push_back(s.id);
+  return k;
+}
 
 }  // namespace kc::evolve

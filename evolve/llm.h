@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "evolve/op_call.h"
+#include "evolve/proposer.h"
 #include "runtime/status.h"
 
 namespace kc::evolve {
@@ -23,22 +24,9 @@ struct LlmOptions {
   bool enabled() const { return !url.empty(); }
 };
 
-// A verified kernel of this search, as the model is shown it.
-struct LlmKernel {
-  std::string id;                              // family and knobs
-  std::string source;
-  nlohmann::json launch;
-  double ms = 0;                               // verified median time
-  nlohmann::json resources;                    // CUDA: registers, shared memory, spills per entry
-};
-
-// What the model is shown besides the call itself.
-struct LlmContext {
-  double eager_ms = 0;
-  std::vector<LlmKernel> best;                 // fastest first (a few)
-  std::vector<std::string> failures;           // recent rejections: "id: verdict at stage: evidence"
-  std::string last_rejection;                  // its own previous proposal's ("" if none or passed)
-};
+// What the model is shown besides the call itself (proposer.h).
+using LlmKernel = ShownKernel;
+using LlmContext = FreeformContext;
 
 struct LlmProposal {
   std::string source;
@@ -54,5 +42,16 @@ nlohmann::json llm_request(const LlmOptions& o, const OpCall& c, const LlmContex
 Result<LlmProposal> parse_llm_reply(const std::string& body, const std::string& api = "openai");
 // One request. kUnsupported when built without libcurl; kIOError for network and HTTP failures.
 Result<LlmProposal> ask_llm(const LlmOptions& o, const OpCall& c, const LlmContext& ctx);
+
+// The LLM as a free-form proposer (proposer.h), family "llm".
+class LlmProposer final : public FreeformProposer {
+ public:
+  explicit LlmProposer(LlmOptions o) : o_(std::move(o)) {}
+  const char* name() const override { return "llm"; }
+  Result<FreeformKernel> propose(const OpCall& c, const FreeformContext& ctx) const override;
+
+ private:
+  LlmOptions o_;
+};
 
 }  // namespace kc::evolve

@@ -47,7 +47,7 @@ int64_t eval_memory_cap(double share) {
 }
 
 std::string memory_refusal(const OpCall& c, int64_t cap) {
-  if (cap <= 0 || c.backend != "cpu") return "";
+  if (cap <= 0 || c.backend != BackendKind::kCpu) return "";
   const int64_t need = eval_peak_estimate(c);
   if (need <= cap) return "";
   return "skipped: the evaluation child would need about " + mib(need) + " (" + mib(call_tensor_bytes(c)) +

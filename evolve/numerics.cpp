@@ -1,5 +1,6 @@
 // The numerics stage: reference sets with their error budgets, and the comparison; see numerics.h.
 #include "evolve/numerics.h"
+#include "evolve/ops/reference.h"
 
 #include <algorithm>
 #include <cmath>
@@ -244,7 +245,7 @@ Result<InputSet> reference_set(const OpCall& call, const std::string& name, std:
   s.inputs = std::move(inputs);
   s.ref = run_eager(call, s.inputs);
   s.ref64 = run_fp64(call, s.inputs);
-  if (op_info(call.op).family == OpFamily::kUnary || op_info(call.op).family == OpFamily::kUnaryBackward)
+  if (!family_reference(op_info(call.op).family).layout)   // elementwise: no reduction model
     for (const auto& t : s.inputs)
       if (t.defined() && t.scalar_type() == at::kFloat) {
         at::Tensor d = (t != 0) & (t.abs() < std::numeric_limits<float>::min());

@@ -1,40 +1,16 @@
-// Calls from keys, from shapes, and to/from JSON; output inference for the intercepted ops.
+// Calls from keys, from shapes, and to/from JSON. What is particular to an op family (its call
+// from a shape, its outputs) is in its home, evolve/ops/.
 #include "evolve/op_call.h"
 
 #include <charconv>
 
+#include "evolve/ops/family.h"
 #include "kernel_cache/key.h"
 
 namespace kc::evolve {
 namespace {
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> st(sizes.size());
-  int64_t s = 1;
-  for (int i = static_cast<int>(sizes.size()) - 1; i >= 0; --i) {
-    st[i] = s;
-    s *= sizes[i] > 1 ? sizes[i] : 1;
-  }
-  return st;
-}
-
-TensorMeta dense(const std::string& name, std::vector<int64_t> sizes, DType dt) {
-  TensorMeta m;
-  m.name = name;
-  m.dtype = dt;
-  m.strides = contiguous_strides(sizes);
-  m.sizes = std::move(sizes);
-  m.align = 16;
-  return m;
-}
-
-TensorMeta absent(const std::string& name) {
-  TensorMeta m;
-  m.name = name;
-  m.defined = false;
-  return m;
-}
-
+TensorMeta absent(const std::string& name) { return absent_meta(name); }
 
 bool parse_ints(std::string_view s, std::vector<int64_t>& out) {   // "[1,2,3]"
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') return false;
@@ -138,44 +114,12 @@ bool OpCall::dense() const {
 
 Result<std::vector<TensorMeta>> infer_outputs(OpId op, const std::vector<TensorMeta>& in,
                                               const std::vector<ScalarArg>& scalars) {
-  OpCall tmp;
-  tmp.scalars = scalars;
   if (in.empty() || !in[0].defined) return Status::error(Code::kInvalid, "call without a lead tensor");
-  const TensorMeta& lead = in[0];
-  switch (op_info(op).family) {
-    case OpFamily::kUnary:
-    case OpFamily::kUnaryBackward:
-      return std::vector<TensorMeta>{dense("out0", lead.sizes, lead.dtype)};
-    case OpFamily::kSoftmax: {
-      if (tmp.int_arg("half_to_float", 0)) return Status::error(Code::kUnsupported, "half_to_float");
-      return std::vector<TensorMeta>{dense("out0", lead.sizes, lead.dtype)};
-    }
-    case OpFamily::kSoftmaxBackward:
-      return std::vector<TensorMeta>{dense("out0", lead.sizes, lead.dtype)};
-    case OpFamily::kLayerNorm: {
-      auto ns = tmp.list_arg("normalized_shape");
-      if (ns.empty() || ns.size() > lead.sizes.size()) return Status::error(Code::kInvalid, "normalized_shape");
-      size_t axis = lead.sizes.size() - ns.size();
-      std::vector<int64_t> stat(lead.sizes.begin(), lead.sizes.begin() + axis);
-      stat.resize(lead.sizes.size(), 1);
-      DType acc = lead.dtype == DType::kF64 ? DType::kF64 : DType::kF32;
-      return std::vector<TensorMeta>{dense("out0", lead.sizes, lead.dtype), dense("out1", stat, acc),
-                                     dense("out2", stat, acc)};
-    }
-    case OpFamily::kLayerNormBackward: {
-      auto mask = tmp.list_arg("output_mask");
-      if (mask.size() != 3 || in.size() < 6) return Status::error(Code::kInvalid, "output_mask");
-      const TensorMeta& input = in[1];
-      const TensorMeta& weight = in[4];
-      const TensorMeta& bias = in[5];
-      std::vector<TensorMeta> out;
-      out.push_back(mask[0] ? dense("out0", input.sizes, input.dtype) : absent("out0"));
-      out.push_back(mask[1] && weight.defined ? dense("out1", weight.sizes, weight.dtype) : absent("out1"));
-      out.push_back(mask[2] && bias.defined ? dense("out2", bias.sizes, bias.dtype) : absent("out2"));
-      return out;
-    }
-  }
-  return Status::error(Code::kUnsupported, "op family");
+  OpCall c;
+  c.op = op;
+  c.inputs = in;
+  c.scalars = scalars;
+  return family_schema(op_info(op).family).outputs(c);
 }
 
 Result<OpCall> call_from_key(const std::string& key) {
@@ -193,7 +137,7 @@ Result<OpCall> call_from_key(const std::string& key) {
   c.target = fields[1];
   auto target = parse_target(c.target);
   if (!target) return bad_key(target.status().message());
-  c.backend = target->backend();
+  c.backend = target->kind;
   auto op = op_by_name(fields[2]);
   if (!op) return bad_key("unknown op " + fields[2]);
   c.op = *op;
@@ -244,74 +188,13 @@ Result<OpCall> call_from_key(const std::string& key) {
   return c;
 }
 
-Result<OpCall> make_call(OpId op, const std::vector<int64_t>& sizes, DType dt, const std::string& backend,
+Result<OpCall> make_call(OpId op, const std::vector<int64_t>& sizes, DType dt, BackendKind backend,
                          const nlohmann::json& args) {
   OpCall c;
   c.op = op;
   c.backend = backend;
-  auto str = [&](const char* k, const char* d) { return args.contains(k) ? args[k].get<std::string>() : std::string(d); };
-  auto num = [&](const char* k, int64_t d) { return args.contains(k) ? args[k].get<int64_t>() : d; };
   try {
-    switch (op) {
-      case OpId::kRelu: case OpId::kSilu: case OpId::kSigmoid: case OpId::kTanh:
-        c.inputs = {dense("self", sizes, dt)};
-        break;
-      case OpId::kGelu:
-        c.inputs = {dense("self", sizes, dt)};
-        c.scalars = {{"approximate", str("approximate", "none")}};
-        break;
-      case OpId::kReluBackward:
-        c.inputs = {dense("grad_output", sizes, dt), dense("self", sizes, dt)};
-        if (args.contains("threshold") && args["threshold"].is_number_float())
-          c.scalars = {{"threshold", args["threshold"].get<double>()}};
-        else
-          c.scalars = {{"threshold", num("threshold", 0)}};
-        break;
-      case OpId::kGeluBackward:
-        c.inputs = {dense("grad_output", sizes, dt), dense("self", sizes, dt)};
-        c.scalars = {{"approximate", str("approximate", "none")}};
-        break;
-      case OpId::kSiluBackward:
-        c.inputs = {dense("grad_output", sizes, dt), dense("self", sizes, dt)};
-        break;
-      case OpId::kSigmoidBackward: case OpId::kTanhBackward:
-        c.inputs = {dense("grad_output", sizes, dt), dense("output", sizes, dt)};
-        break;
-      case OpId::kSoftmax: case OpId::kLogSoftmax:
-        c.inputs = {dense("self", sizes, dt)};
-        c.scalars = {{"dim", num("dim", -1)}, {"half_to_float", false}};
-        break;
-      case OpId::kSoftmaxBackward: case OpId::kLogSoftmaxBackward:
-        c.inputs = {dense("grad_output", sizes, dt), dense("output", sizes, dt)};
-        c.scalars = {{"dim", num("dim", -1)}, {"input_dtype", std::string(dtype_name(dt))}};
-        break;
-      case OpId::kLayerNorm: case OpId::kLayerNormBackward: {
-        if (sizes.empty()) return Status::error(Code::kInvalid, "layer_norm needs at least one dimension");
-        std::vector<int64_t> ns = args.contains("normalized_shape") ? args["normalized_shape"].get<std::vector<int64_t>>()
-                                                                    : std::vector<int64_t>{sizes.back()};
-        if (ns.empty() || ns.size() > sizes.size() ||
-            !std::equal(ns.begin(), ns.end(), sizes.end() - static_cast<long>(ns.size())))
-          return Status::error(Code::kInvalid, "normalized_shape must be the trailing sizes");
-        const bool affine = args.value("affine", true);
-        TensorMeta w = affine ? dense("weight", ns, dt) : absent("weight");
-        TensorMeta b = affine && args.value("bias", true) ? dense("bias", ns, dt) : absent("bias");
-        if (op == OpId::kLayerNorm) {
-          c.inputs = {dense("input", sizes, dt), w, b};
-          c.scalars = {{"normalized_shape", ns}, {"eps", args.value("eps", 1e-5)}};
-        } else {
-          std::vector<int64_t> stat(sizes.begin(), sizes.end() - static_cast<long>(ns.size()));
-          stat.resize(sizes.size(), 1);
-          DType acc = dt == DType::kF64 ? DType::kF64 : DType::kF32;
-          c.inputs = {dense("grad_out", sizes, dt), dense("input", sizes, dt), dense("mean", stat, acc),
-                      dense("rstd", stat, acc), w, b};
-          std::vector<int64_t> mask = args.contains("output_mask") ? args["output_mask"].get<std::vector<int64_t>>()
-                                                                   : std::vector<int64_t>{1, affine, affine};
-          c.scalars = {{"normalized_shape", ns}, {"output_mask", mask}};
-        }
-        break;
-      }
-      case OpId::kCount: return Status::error(Code::kInvalid, "op");
-    }
+    if (Status st = family_schema(op_info(op).family).make(op, sizes, dt, args, c); !st) return st;
   } catch (const nlohmann::json::exception& e) {
     return Status::error(Code::kInvalid, std::string("call arguments: ") + e.what());
   }
@@ -359,7 +242,7 @@ Result<TensorMeta> meta_from(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json to_json(const OpCall& c) {
-  nlohmann::json j = {{"op", op_info(c.op).name}, {"backend", c.backend}, {"key", c.key},
+  nlohmann::json j = {{"op", op_info(c.op).name}, {"backend", backend_name(c.backend)}, {"key", c.key},
                       {"target", c.target}, {"policy", c.policy}};
   j["inputs"] = nlohmann::json::array();
   for (const auto& t : c.inputs) j["inputs"].push_back(meta_json(t));
@@ -386,7 +269,9 @@ Result<OpCall> call_from_json(const nlohmann::json& j) {
     auto op = op_by_name(j.at("op").get<std::string>());
     if (!op) return Status::error(Code::kInvalid, "unknown op");
     c.op = *op;
-    c.backend = j.at("backend").get<std::string>();
+    auto backend = backend_from_name(j.at("backend").get<std::string>());
+    if (!backend) return Status::error(Code::kInvalid, "call json: unknown backend");
+    c.backend = *backend;
     c.key = j.value("key", "");
     c.target = j.value("target", "");
     c.policy = j.value("policy", "fp32");

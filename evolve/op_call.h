@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/backend.h"
 #include "runtime/ops.h"
 #include "runtime/status.h"
 #include "runtime/tensor_meta.h"
@@ -15,7 +16,7 @@ namespace kc::evolve {
 
 struct OpCall {
   OpId op = OpId::kRelu;
-  std::string backend = "cuda";        // "cuda" | "cpu" (from the key's target)
+  BackendKind backend = BackendKind::kCuda;   // the key's target's kind
   std::string key;                     // the cache key this call stands for ("" if made by hand)
   std::string target;                  // the key's target, e.g. "cuda-sm_90+drv-13.0+nvrtc-13.0"
   std::string policy = "fp32";
@@ -40,9 +41,9 @@ Result<OpCall> call_from_key(const std::string& key);
 
 // A call from an op name, the lead tensor's sizes and dtype, and optional scalar overrides in JSON
 // (e.g. {"dim": 1} or {"approximate": "tanh"}); other inputs (weights, gradients, saved stats) get
-// the shapes the op needs. Used by `kernelcraft verify --shape` and tests. backend: "cuda" | "cpu".
+// the shapes the op needs. Used by `kernelcraft verify --shape` and tests.
 Result<OpCall> make_call(OpId op, const std::vector<int64_t>& sizes, DType dtype,
-                         const std::string& backend, const nlohmann::json& args = nlohmann::json::object());
+                         BackendKind backend, const nlohmann::json& args = nlohmann::json::object());
 
 // The outputs eager produces for contiguous inputs (undefined entries for masked-out grads).
 Result<std::vector<TensorMeta>> infer_outputs(OpId op, const std::vector<TensorMeta>& inputs,

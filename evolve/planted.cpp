@@ -36,10 +36,10 @@ const char* kNames[] = {"fault", "hang", "wrong"};
 class Planted : public Template {
  public:
   Planted(int kind, bool cuda) : kind_(kind), cuda_(cuda) {
-    name_ = std::string(cuda ? "cuda" : "cpu") + ".planted_" + kNames[kind];
+    name_ = std::string(backend_name(cuda ? BackendKind::kCuda : BackendKind::kCpu)) + ".planted_" + kNames[kind];
   }
   const char* name() const override { return name_.c_str(); }
-  const char* backend() const override { return cuda_ ? "cuda" : "cpu"; }
+  BackendKind backend() const override { return cuda_ ? BackendKind::kCuda : BackendKind::kCpu; }
   std::vector<KnobDim> space(const OpCall& c) const override {
     if (!planted_on(kNames[kind_]) || op_info(c.op).family != OpFamily::kUnary || !c.dense() ||
         c.inputs[0].dtype != DType::kF32)

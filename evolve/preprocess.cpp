@@ -21,7 +21,7 @@ std::string blank_includes(const std::string& source) {
 }  // namespace
 
 Result<std::string> expand_macros(const std::string& source) {
-  ScopedTempDir dir("cpu");
+  ScopedTempDir dir("cc");
   if (!dir.ok()) return Status::error(Code::kUnavailable, "no temporary directory for the preprocessor");
   if (!write_file(dir.file("kernel.cpp"), blank_includes(source)))
     return Status::error(Code::kUnavailable, "cannot write the preprocessor's input");

@@ -1,6 +1,8 @@
-// Proposers: op-family templates with knobs. A template renders device code plus a launch spec for
-// one call and one knob setting; the search mutates and crosses knob settings. Proposers never ship
-// host code (docs/DESIGN.md "Launch specs").
+// Proposers write candidate kernels for a call. Two kinds are peers behind one interface:
+// templates with knobs (a template renders device code plus a launch spec for one call and one
+// knob setting; the search samples, mutates and crosses knob settings) and free-form proposers
+// (an LLM: whole kernels, asked once per generation, kept as text in the search state). Proposers
+// never ship host code (docs/DESIGN.md "Launch specs").
 #pragma once
 #include <map>
 #include <string>
@@ -32,11 +34,45 @@ struct Candidate {
   std::string id() const;
 };
 
-class Template {
+class Proposer {
  public:
-  virtual ~Template() = default;
-  virtual const char* name() const = 0;      // "cuda.unary", "cpu.layer_norm", ...
-  virtual const char* backend() const = 0;   // "cuda" | "cpu"
+  virtual ~Proposer() = default;
+  virtual const char* name() const = 0;      // the family of its candidates: "cuda.unary", "llm", ...
+};
+
+// A kernel a free-form proposer wrote, before the search gives it an id.
+struct FreeformKernel {
+  std::string source;
+  nlohmann::json launch;
+  std::vector<std::string> parents;   // ids of the kernels it was shown
+};
+
+// A verified kernel of the search, as a free-form proposer is shown it.
+struct ShownKernel {
+  std::string id;                              // family and knobs
+  std::string source;
+  nlohmann::json launch;
+  double ms = 0;                               // verified median time
+  nlohmann::json resources;                    // CUDA: registers, shared memory, spills per entry
+};
+
+// What the search has found so far, for a free-form proposer (Search::freeform_context).
+struct FreeformContext {
+  double eager_ms = 0;
+  std::vector<ShownKernel> best;               // fastest first (a few)
+  std::vector<std::string> failures;           // recent rejections: "id: verdict at stage: evidence"
+  std::string last_rejection;                  // its own previous proposal's ("" if none or passed)
+};
+
+class FreeformProposer : public Proposer {
+ public:
+  // One kernel for `c`; parents: the ids of the kernels in ctx.best. Untrusted like every candidate.
+  virtual Result<FreeformKernel> propose(const OpCall& c, const FreeformContext& ctx) const = 0;
+};
+
+class Template : public Proposer {
+ public:
+  virtual BackendKind backend() const = 0;
   // The knob space for `c`; empty when this template does not handle the call (op, dtype, layout).
   virtual std::vector<KnobDim> space(const OpCall& c) const = 0;
   // Renders source and launch spec. kUnsupported for a knob combination that is invalid for `c`

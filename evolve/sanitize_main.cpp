@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   kc::Binding b = call.value().binding();
   auto rs = kc::resolve(spec.value(), b);
   if (!rs) return fail(2, rs.status().to_string());
-  const bool cuda = call.value().backend == "cuda";
+  const bool cuda = call.value().backend == kc::BackendKind::kCuda;
   const size_t ninputs = call.value().inputs.size();
 
   sandbox_self(cuda);

@@ -106,7 +106,7 @@ struct SanitizerPlan {
 SanitizerPlan plan_sanitizers(const SanitizerRun& in, const GauntletOptions& opt, const std::string& dir) {
   SanitizerPlan p;
   p.bin = in.binary;
-  if (in.backend == "cuda") {
+  if (in.backend == BackendKind::kCuda) {
     std::string san = find_sanitizer(opt.sanitizer);
     if (san.empty()) p.skipped = "compute-sanitizer not found (set KERNELCRAFT_SANITIZER)";
     for (const auto& tool : opt.sanitizer_tools) {
@@ -162,10 +162,10 @@ std::vector<Result<ProcessResult>> run_tools(const SanitizerPlan& p, const std::
 
 }  // namespace
 
-Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
+StageReport run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
   auto t0 = std::chrono::steady_clock::now();
-  Stage s{"sanitizer", "passed", "", nlohmann::json::object(), 0};
-  auto done = [&](const char* outcome, const std::string& summary) {
+  StageReport s{StageId::kSanitizer, Outcome::kPassed, "", nlohmann::json::object(), 0};
+  auto done = [&](Outcome outcome, const std::string& summary) {
     s.outcome = outcome;
     s.summary = summary;
     s.millis = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -175,7 +175,7 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
   make_dirs(dir);
   RemoveAtScopeEnd cleanup(dir);   // rejects return early; a crash is left to sweep_stale_temp()
   const SanitizerPlan plan = plan_sanitizers(in, opt, dir);
-  if (!plan.skipped.empty()) return done("skipped", plan.skipped);
+  if (!plan.skipped.empty()) return done(Outcome::kSkipped, plan.skipped);
   write_file(dir + "/call.json", in.call.dump());
   write_file(dir + "/launch.json", in.launch.dump());
   write_file(dir + "/kernel.bin", plan.bin);
@@ -191,7 +191,7 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
     if (!results[k]) {
       tools.push_back({{"tool", tool}, {"result", results[k].status().to_string()}});
       s.evidence["tools"] = tools;
-      return done("rejected", tool + ": " + results[k].status().message());
+      return done(Outcome::kRejected, tool + ": " + results[k].status().message());
     }
     const ProcessResult& r = results[k].value();
     const bool clean = r.ok();
@@ -199,11 +199,11 @@ Stage run_sanitizers(const SanitizerRun& in, const GauntletOptions& opt) {
                      {"millis", r.millis}, {"output", clean ? std::string() : text}});
     if (!clean) {
       s.evidence["tools"] = tools;
-      return done("rejected", tool + ": " + first_error_line(text));
+      return done(Outcome::kRejected, tool + ": " + first_error_line(text));
     }
   }
   s.evidence["tools"] = tools;
-  return done("passed", "clean");
+  return done(Outcome::kPassed, "clean");
 }
 
 }  // namespace kc::evolve

@@ -13,7 +13,7 @@
 namespace kc::evolve {
 
 struct SanitizerRun {
-  std::string backend;                // "cuda" | "cpu"
+  BackendKind backend = BackendKind::kCpu;
   int device = 0;
   std::string source;                 // rebuilt with ASan on the CPU backend
   std::string binary;                 // the CUBIN (cuda)
@@ -23,6 +23,6 @@ struct SanitizerRun {
 
 // "passed" (every tool clean), "rejected" (the first error with its source line in the summary,
 // every tool's output in the evidence) or "skipped" (no compute-sanitizer / ASan runtime).
-Stage run_sanitizers(const SanitizerRun& run, const GauntletOptions& o);
+StageReport run_sanitizers(const SanitizerRun& run, const GauntletOptions& o);
 
 }  // namespace kc::evolve

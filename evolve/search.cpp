@@ -61,7 +61,7 @@ nlohmann::json to_json(const SearchState& s) {
   return {{"key", s.key}, {"generation", s.generation}, {"stale", s.stale}, {"best_ms", s.best_ms},
           {"elapsed_s", s.elapsed_s}, {"finished", s.finished}, {"finish_reason", s.finish_reason},
           {"tried", tried}, {"pending", s.pending}, {"proposals", s.proposals},
-          {"llm_generation", s.llm_generation}};
+          {"freeform_generation", s.freeform_generation}};
 }
 
 SearchState search_state_from(const nlohmann::json& j) {
@@ -77,9 +77,13 @@ SearchState search_state_from(const nlohmann::json& j) {
     for (const auto& e : j["tried"]) s.tried.push_back(evaluation_from(e));
   if (j.contains("pending"))
     for (const auto& p : j["pending"]) s.pending.push_back(p);
+  // States written before free-form proposers were named held the LLM's kernels only.
   if (j.contains("proposals") && j["proposals"].is_array())
-    for (const auto& p : j["proposals"]) s.proposals.push_back(p);
-  s.llm_generation = j.value("llm_generation", -1);
+    for (auto p : j["proposals"]) {
+      if (p.is_object() && !p.contains("family")) p["family"] = "llm";
+      s.proposals.push_back(p);
+    }
+  s.freeform_generation = j.value("freeform_generation", j.value("llm_generation", -1));
   return s;
 }
 
@@ -117,23 +121,23 @@ Search::Search(OpCall call, SearchOptions opt, SearchState resumed)
 }
 
 Result<Candidate> Search::render(const std::string& family, const Knobs& k) const {
-  if (family == "llm") {
-    auto n = k.find("n");
-    if (n == k.end() || n->second < 0 || n->second >= static_cast<int64_t>(st_.proposals.size()))
-      return Status::error(Code::kNotFound, "no such LLM proposal");
-    const nlohmann::json& p = st_.proposals[static_cast<size_t>(n->second)];
-    Candidate c;
-    c.family = "llm";
-    c.knobs = {{"n", n->second}};
-    c.source = p.value("source", "");
-    c.launch = p.value("launch", nlohmann::json::object());
-    c.parents = p.value("parents", std::vector<std::string>{});
-    c.origin = "llm";
-    return c;
-  }
   for (const Template* t : templates_)
     if (family == t->name()) return t->render(call_, k);
-  return Status::error(Code::kNotFound, "no template " + family + " for this call");
+  auto n = k.find("n");
+  if (n != k.end() && n->second >= 0 && n->second < static_cast<int64_t>(st_.proposals.size())) {
+    const nlohmann::json& p = st_.proposals[static_cast<size_t>(n->second)];
+    if (p.value("family", "") == family) {
+      Candidate c;
+      c.family = family;
+      c.knobs = {{"n", n->second}};
+      c.source = p.value("source", "");
+      c.launch = p.value("launch", nlohmann::json::object());
+      c.parents = p.value("parents", std::vector<std::string>{});
+      c.origin = family;
+      return c;
+    }
+  }
+  return Status::error(Code::kNotFound, "no template or proposal " + family + " for this call");
 }
 
 std::vector<const Evaluation*> Search::ranked() const {
@@ -262,18 +266,46 @@ std::vector<Candidate> Search::next_batch() {
   return out;
 }
 
-Result<Candidate> Search::add_proposal(const std::string& source, const nlohmann::json& launch,
-                                       const std::vector<std::string>& parents) {
+Result<Candidate> Search::add_proposal(const Proposer& who, const FreeformKernel& k) {
+  const std::string family = who.name();
   for (const auto& p : st_.proposals)
-    if (p.value("source", "") == source && p.value("launch", nlohmann::json()) == launch)
-      return Status::error(Code::kInvalid, "the LLM proposed a kernel it had proposed before");
-  st_.proposals.push_back({{"source", source}, {"launch", launch}, {"parents", parents}});
-  auto c = render("llm", {{"n", static_cast<int64_t>(st_.proposals.size() - 1)}});
+    if (p.value("family", "") == family && p.value("source", "") == k.source && p.value("launch", nlohmann::json()) == k.launch)
+      return Status::error(Code::kInvalid, family + " proposed a kernel it had proposed before");
+  st_.proposals.push_back({{"family", family}, {"source", k.source}, {"launch", k.launch}, {"parents", k.parents}});
+  auto c = render(family, {{"n", static_cast<int64_t>(st_.proposals.size() - 1)}});
   if (!c) return c.status();
-  st_.pending.push_back({{"id", c.value().id()}, {"family", "llm"}, {"knobs", c.value().knobs},
-                         {"parents", parents}, {"origin", "llm"}});
+  st_.pending.push_back({{"id", c.value().id()}, {"family", family}, {"knobs", c.value().knobs},
+                         {"parents", k.parents}, {"origin", family}});
   seen_.insert(c.value().id());
   return c;
+}
+
+FreeformContext Search::freeform_context(const Proposer& who, double eager_ms) const {
+  constexpr size_t kShownKernels = 3, kShownFailures = 3;
+  auto brief = [](const Evaluation& e) {
+    return e.id + ": " + e.verdict + " at stage " + e.stage + ": " +
+           e.evidence.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 1500);
+  };
+  FreeformContext ctx;
+  ctx.eager_ms = eager_ms;
+  for (const Evaluation* e : ranked()) {
+    if (ctx.best.size() == kShownKernels) break;
+    auto k = render(e->family, e->knobs);
+    if (!k) continue;
+    ctx.best.push_back({e->id, k.value().source, k.value().launch, e->median_ms,
+                        e->evidence.value("resources", nlohmann::json())});
+  }
+  bool own_seen = false;
+  for (auto it = st_.tried.rbegin(); it != st_.tried.rend(); ++it) {
+    if (it->origin == who.name() && !own_seen) {   // its own latest: the direct feedback
+      own_seen = true;
+      if (!it->passed()) ctx.last_rejection = brief(*it);
+      continue;
+    }
+    if (!it->passed() && it->verdict != "unsupported" && ctx.failures.size() < kShownFailures)
+      ctx.failures.push_back(brief(*it));
+  }
+  return ctx;
 }
 
 void Search::report(const Evaluation& e) {

@@ -56,10 +56,10 @@ struct SearchState {
   std::string finish_reason;
   std::vector<Evaluation> tried;  // every candidate, in order
   std::vector<nlohmann::json> pending;   // rendered but not yet evaluated: {family, knobs, parents, origin}
-  // Kernels from the LLM proposer, family "llm" with knob n = index here: {source, launch, parents}.
-  // Unlike templates they cannot be rendered again, so the search state keeps their text.
+  // Kernels from free-form proposers (proposer.h), knob n = index here: {family, source, launch,
+  // parents}. Unlike templates they cannot be rendered again, so the search state keeps their text.
   std::vector<nlohmann::json> proposals;
-  int llm_generation = -1;        // the last generation the LLM was asked in
+  int freeform_generation = -1;   // the last generation the free-form proposers were asked in
 };
 nlohmann::json to_json(const SearchState& s);
 SearchState search_state_from(const nlohmann::json& j);   // throws on wrong types; see below
@@ -81,15 +81,19 @@ class Search {
   const SearchOptions& options() const { return opt_; }
   // Passed evaluations, fastest first.
   std::vector<const Evaluation*> ranked() const;
-  // Renders a tried or pending candidate again (sources are deterministic in family + knobs).
+  const OpCall& call() const { return call_; }
+  // Renders a tried or pending candidate again: a template's from its knobs (deterministic), a
+  // free-form proposer's from the text the state keeps.
   Result<Candidate> render(const std::string& family, const Knobs& k) const;
-  // The LLM proposer: asked once per generation from the second on (so that it is shown the best
-  // template kernel), its kernel joins the current batch as a pending candidate. kInvalid for a
-  // source it already proposed.
-  bool llm_due() const { return st_.generation >= 1 && st_.llm_generation < st_.generation; }
-  void llm_asked() { st_.llm_generation = st_.generation; }
-  Result<Candidate> add_proposal(const std::string& source, const nlohmann::json& launch,
-                                 const std::vector<std::string>& parents);
+  // Free-form proposers are asked once per generation from the second on (so that they are shown
+  // the best template kernel); a kernel joins the current batch as a pending candidate of family
+  // and origin who.name(). kInvalid for a kernel that proposer already proposed.
+  bool freeform_due() const { return st_.generation >= 1 && st_.freeform_generation < st_.generation; }
+  void freeform_asked() { st_.freeform_generation = st_.generation; }
+  Result<Candidate> add_proposal(const Proposer& who, const FreeformKernel& k);
+  // What `who` is shown: the fastest verified kernels, recent failures, and why its own last
+  // kernel failed.
+  FreeformContext freeform_context(const Proposer& who, double eager_ms) const;
 
  private:
   std::vector<Candidate> seeds();

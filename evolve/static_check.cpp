@@ -355,10 +355,10 @@ nlohmann::json StaticReport::to_json() const {
   return {{"ok", ok()}, {"errors", errors}, {"warnings", static_cast<int>(findings.size()) - errors}, {"findings", list}};
 }
 
-StaticReport static_check(const std::string& source, const std::string& backend, const std::string& policy,
+StaticReport static_check(const std::string& source, BackendKind backend, const std::string& policy,
                           const std::vector<std::string>& dtypes, int64_t max_numel) {
   Ctx c;
-  c.cuda = backend != "cpu";
+  c.cuda = backend == BackendKind::kCuda;
   c.policy = policy;
   c.max_numel = max_numel;
   c.has_f16 = std::count(dtypes.begin(), dtypes.end(), "f16") > 0;

@@ -29,11 +29,11 @@ struct StaticReport {
   nlohmann::json to_json() const;   // {"ok": bool, "errors": n, "warnings": n, "findings": [...]}
 };
 
-// backend "cuda" | "cpu"; policy "fp32" | "tf32" | "bf16"; dtypes: the dtypes of the call's
+// policy "fp32" | "tf32" | "bf16"; dtypes: the dtypes of the call's
 // tensors (e.g. {"f32"}); max_numel: the largest tensor numel of the call (for the int32-index
 // rule). Comments and string literals are stripped before matching, except the strings that
 // carry code: inline asm operands, __attribute__ and _Pragma arguments, preprocessor lines.
-StaticReport static_check(const std::string& source, const std::string& backend, const std::string& policy,
+StaticReport static_check(const std::string& source, BackendKind backend, const std::string& policy,
                           const std::vector<std::string>& dtypes, int64_t max_numel);
 
 // The same for a call: backend, policy, dtypes and the largest numel taken from `c`.

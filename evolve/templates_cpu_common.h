@@ -29,7 +29,7 @@ inline std::string str(int64_t v) { return std::to_string(v); }
 
 // fp32 everywhere, contiguous and aligned, on the CPU backend.
 inline bool dense_f32(const OpCall& c) {
-  if (c.backend != "cpu" || !c.dense()) return false;
+  if (c.backend != BackendKind::kCpu || !c.dense()) return false;
   for (const auto& t : c.inputs)
     if (t.defined && t.dtype != DType::kF32) return false;
   for (const auto& t : c.outputs)

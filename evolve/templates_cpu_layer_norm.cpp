@@ -67,7 +67,7 @@ const char* kMoments = R"K(static inline void kc_moments(const float* KC_RS x, i
 class LayerNormTemplate : public Template {
  public:
   const char* name() const override { return "cpu.layer_norm"; }
-  const char* backend() const override { return "cpu"; }
+  BackendKind backend() const override { return BackendKind::kCpu; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     Rows r;

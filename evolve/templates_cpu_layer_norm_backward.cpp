@@ -15,7 +15,7 @@ using nlohmann::json;
 class LayerNormBackwardTemplate : public Template {
  public:
   const char* name() const override { return "cpu.layer_norm_backward"; }
-  const char* backend() const override { return "cpu"; }
+  BackendKind backend() const override { return BackendKind::kCpu; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     Rows r;

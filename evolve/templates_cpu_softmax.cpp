@@ -24,7 +24,7 @@ class SoftmaxTemplate : public Template {
  public:
   explicit SoftmaxTemplate(bool backward) : backward_(backward) {}
   const char* name() const override { return backward_ ? "cpu.softmax_backward" : "cpu.softmax"; }
-  const char* backend() const override { return "cpu"; }
+  BackendKind backend() const override { return BackendKind::kCpu; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     Rows r;

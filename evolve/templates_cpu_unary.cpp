@@ -95,7 +95,7 @@ class UnaryTemplate : public Template {
  public:
   explicit UnaryTemplate(bool backward) : backward_(backward) {}
   const char* name() const override { return backward_ ? "cpu.unary_backward" : "cpu.unary"; }
-  const char* backend() const override { return "cpu"; }
+  BackendKind backend() const override { return BackendKind::kCpu; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     if (!handles(c)) return {};

@@ -117,11 +117,11 @@ class ElementwiseTemplate : public Template {
  public:
   explicit ElementwiseTemplate(bool backward) : backward_(backward) {}
   const char* name() const override { return backward_ ? "cuda.unary_backward" : "cuda.unary"; }
-  const char* backend() const override { return "cuda"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     const OpFamily fam = op_info(c.op).family;
-    if (c.backend != "cuda" || fam != (backward_ ? OpFamily::kUnaryBackward : OpFamily::kUnary)) return {};
+    if (c.backend != BackendKind::kCuda || fam != (backward_ ? OpFamily::kUnaryBackward : OpFamily::kUnary)) return {};
     EwOp op = ew_op(c);
     if (!op.entry || c.outputs.size() != 1 || !c.dense()) return {};
     const TensorMeta* a = c.input(backward_ ? "grad_output" : "self");

@@ -144,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_apply(float* __re
 class LayerNormTemplate : public Template {
  public:
   const char* name() const override { return "cuda.layer_norm"; }
-  const char* backend() const override { return "cuda"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     int64_t M, N;
@@ -206,7 +206,7 @@ class LayerNormTemplate : public Template {
  private:
   static bool defined(const TensorMeta* t) { return t && t->defined; }
   bool handles(const OpCall& c, int64_t& M, int64_t& N) const {
-    if (c.backend != "cuda" || c.op != OpId::kLayerNorm || !c.dense()) return false;
+    if (c.backend != BackendKind::kCuda || c.op != OpId::kLayerNorm || !c.dense()) return false;
     if (!ln_geometry(c, M, N)) return false;
     if (!ln_param_ok(c.input("weight"), N) || !ln_param_ok(c.input("bias"), N)) return false;
     if (c.outputs.size() != 3) return false;

@@ -179,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(256) kc_lnb_colsum(KC_SUM_OUT int N
 class LayerNormBackwardTemplate : public Template {
  public:
   const char* name() const override { return "cuda.layer_norm_backward"; }
-  const char* backend() const override { return "cuda"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     int64_t M, N;
@@ -305,7 +305,7 @@ class LayerNormBackwardTemplate : public Template {
 
  private:
   bool handles(const OpCall& c, int64_t& M, int64_t& N, bool& gi, bool& gw, bool& gb) const {
-    if (c.backend != "cuda" || c.op != OpId::kLayerNormBackward || !c.dense()) return false;
+    if (c.backend != BackendKind::kCuda || c.op != OpId::kLayerNormBackward || !c.dense()) return false;
     if (!ln_geometry(c, M, N)) return false;
     const TensorMeta* x = c.input("input");
     const TensorMeta* g = c.input("grad_out");

@@ -196,7 +196,7 @@ class SoftmaxTemplate : public Template {
  public:
   explicit SoftmaxTemplate(bool backward) : backward_(backward) {}
   const char* name() const override { return backward_ ? "cuda.softmax_backward" : "cuda.softmax"; }
-  const char* backend() const override { return "cuda"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
 
   std::vector<KnobDim> space(const OpCall& c) const override {
     const TensorMeta* x = rowed(c);
@@ -241,7 +241,7 @@ class SoftmaxTemplate : public Template {
  private:
   // The input whose last dimension is reduced, when the call is one this template handles.
   const TensorMeta* rowed(const OpCall& c) const {
-    if (c.backend != "cuda") return nullptr;
+    if (c.backend != BackendKind::kCuda) return nullptr;
     const OpFamily fam = op_info(c.op).family;
     if (fam != (backward_ ? OpFamily::kSoftmaxBackward : OpFamily::kSoftmax)) return nullptr;
     if (!c.dense() || c.outputs.size() != 1) return nullptr;

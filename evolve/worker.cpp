@@ -131,43 +131,6 @@ bool beats_paired(const nlohmann::json& v, const EvolveOptions& o) {
   return p->value("speedup_median", 0.0) >= 1 + o.min_gain && p->value("wins", 0.0) >= o.min_pair_wins;
 }
 
-// One kernel from the LLM for this generation, shown the fastest verified kernels, recent failures
-// and why its own last kernel failed; it joins the batch (and the search state) as a pending
-// candidate.
-Result<Candidate> propose_with_llm(Search& search, const OpCall& call, double eager_ms, const LlmOptions& llm) {
-  constexpr size_t kShownKernels = 3, kShownFailures = 3;
-  search.llm_asked();
-  auto brief = [](const Evaluation& e) {
-    return e.id + ": " + e.verdict + " at stage " + e.stage + ": " +
-           e.evidence.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 1500);
-  };
-  LlmContext ctx;
-  ctx.eager_ms = eager_ms;
-  std::vector<std::string> parents;
-  for (const Evaluation* e : search.ranked()) {
-    if (ctx.best.size() == kShownKernels) break;
-    auto k = search.render(e->family, e->knobs);
-    if (!k) continue;
-    ctx.best.push_back({e->id, k.value().source, k.value().launch, e->median_ms,
-                        e->evidence.value("resources", nlohmann::json())});
-    parents.push_back(e->id);
-  }
-  const auto& tried = search.state().tried;
-  bool own_seen = false;
-  for (auto it = tried.rbegin(); it != tried.rend(); ++it) {
-    if (it->origin == "llm" && !own_seen) {   // its own latest: the direct feedback
-      own_seen = true;
-      if (!it->passed()) ctx.last_rejection = brief(*it);
-      continue;
-    }
-    if (!it->passed() && it->verdict != "unsupported" && ctx.failures.size() < kShownFailures)
-      ctx.failures.push_back(brief(*it));
-  }
-  auto p = ask_llm(llm, call, ctx);
-  if (!p) return p.status();
-  return search.add_proposal(p.value().source, p.value().launch, parents);
-}
-
 SearchProgress progress_of(const Search& search, double eager_ms) {
   SearchProgress p;
   p.generation = search.state().generation;
@@ -225,7 +188,7 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
   RemoveAtScopeEnd remove_file(file);   // kept while the session lives: a crash's replay restarts the child
   std::vector<std::string> argv = {o.self_exe, "eval-child", "--device", std::to_string(device), "--call", file,
                                    "--cpu-limit-s", std::to_string(sandbox_cpu_seconds(o.candidate_timeout_s))};
-  if (mem_cap > 0 && call.value().backend == "cpu")
+  if (mem_cap > 0 && call.value().backend == BackendKind::kCpu)
     argv.insert(argv.end(), {"--address-space-mb", std::to_string(mem_cap >> 20)});
   ChildSession child(argv, o);
   if (Status s = child.ensure(); !s) return s;

@@ -27,7 +27,6 @@ Evaluation evaluation_of(const Candidate& c, const nlohmann::json& verdict);
 std::string temp_call_file(const OpCall& c);
 // The promotion decision on a full-mode verdict (timed pair by pair against eager).
 bool beats_paired(const nlohmann::json& v, const EvolveOptions& o);
-Result<Candidate> propose_with_llm(Search& search, const OpCall& call, double eager_ms, const LlmOptions& llm);
 SearchProgress progress_of(const Search& search, double eager_ms);
 
 }  // namespace kc::evolve

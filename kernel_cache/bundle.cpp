@@ -240,10 +240,10 @@ Result<Entry> read_entry(const json& e, int version, std::string& label) {
 // The default rebuild: this machine's compiler for the key's target; a CPU build must also pass
 // the binary check, since it is what this cache will load.
 Result<std::string> rebuild_here(const Record& r) {
-  std::string backend;
+  BackendKind backend = BackendKind::kCpu;
   auto out = compile_for_target(key_target(r.key), r.source, &backend);
   if (!out) return Status::error(out.status().code(), "cannot rebuild it here: " + out.status().message());
-  if (backend == "cpu")
+  if (backend == BackendKind::kCpu)
     if (BinaryCheck bc = check_cpu_binary(out->binary); !bc.ok())
       return Status::error(Code::kRejected, "the binary built from its source is refused: " + bc.message());
   return std::move(out->binary);

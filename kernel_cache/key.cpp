@@ -125,14 +125,14 @@ std::string key_op(const std::string& key) { return field(key, 2); }
 std::string key_target(const std::string& key) { return field(key, 1); }
 
 Result<TargetInfo> parse_target(const std::string& target) {
-  if (target.rfind("cpu-", 0) == 0 && target.size() > 4) return TargetInfo{TargetInfo::Kind::kCpu, 0};
+  if (target.rfind("cpu-", 0) == 0 && target.size() > 4) return TargetInfo{BackendKind::kCpu, 0};
   const std::string cuda = "cuda-sm_";
   if (target.rfind(cuda, 0) == 0) {
     size_t i = cuda.size();
     int sm = 0;
     while (i < target.size() && std::isdigit(static_cast<unsigned char>(target[i])) && sm < 10000)
       sm = sm * 10 + (target[i++] - '0');
-    if (i > cuda.size() && sm > 0) return TargetInfo{TargetInfo::Kind::kCuda, sm};
+    if (i > cuda.size() && sm > 0) return TargetInfo{BackendKind::kCuda, sm};
   }
   return Status::error(Code::kInvalid, "key target '" + target + "' is neither cpu-... nor cuda-sm_XX...");
 }

@@ -12,6 +12,7 @@
 #pragma once
 #include <string>
 
+#include "runtime/backend.h"
 #include "runtime/status.h"
 
 #include "runtime/tensor_meta.h"
@@ -52,9 +53,8 @@ std::string key_target(const std::string& key);
 // What a target field names: "cpu-<isa>+<compiler>..." or "cuda-sm_<XX>+...". The one parser of
 // targets; anything else is kInvalid (never read as some default backend).
 struct TargetInfo {
-  enum class Kind { kCpu, kCuda } kind = Kind::kCpu;
+  BackendKind kind = BackendKind::kCpu;
   int sm = 0;   // kCuda: the architecture, e.g. 90
-  const char* backend() const { return kind == Kind::kCuda ? "cuda" : "cpu"; }   // JSON and records
 };
 Result<TargetInfo> parse_target(const std::string& target);
 

@@ -112,7 +112,7 @@ std::string live_compare_path(const std::string& dir, const std::string& target)
 
 Status ensure_live_compare(const std::string& dir, const std::string& target) {
   auto t = parse_target(target);
-  if (!t || t->kind != TargetInfo::Kind::kCuda) return Status::error(Code::kInvalid, "not a CUDA target: " + target);
+  if (!t || t->kind != BackendKind::kCuda) return Status::error(Code::kInvalid, "not a CUDA target: " + target);
   const std::string path = live_compare_path(dir, target);
   if (path_exists(path)) return Status::ok();
   auto out = compile_for_target(target, live_compare_source(), nullptr);
@@ -128,7 +128,7 @@ Status ensure_live_compare(const std::string& dir, const std::string& target) {
 }
 
 void ensure_live_compare_for(const std::string& dir, const Record& r) {
-  if (r.state != RecordState::kServed || r.backend != "cuda") return;
+  if (r.state != RecordState::kServed || r.backend != BackendKind::kCuda) return;
   const std::string target = key_target(r.key);
   if (Status s = ensure_live_compare(dir, target); !s)
     log_once(LogLevel::kDebug, "live-compare:" + target, "no live-check kernel for " + target + ": " + s.to_string());

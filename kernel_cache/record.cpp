@@ -48,7 +48,11 @@ Result<Record> decode_object(const json& j) {
   Record r;
   KC_RETURN_IF_ERROR(need_string(j, "key", r.key));
   KC_RETURN_IF_ERROR(need_string(j, "op", r.op));
-  KC_RETURN_IF_ERROR(need_string(j, "backend", r.backend));
+  std::string backend;
+  KC_RETURN_IF_ERROR(need_string(j, "backend", backend));
+  auto kind = backend_from_name(backend);
+  if (!kind) return Status::error(Code::kCorrupt, "record: unknown backend '" + backend + "'");
+  r.backend = *kind;
   std::string state;
   KC_RETURN_IF_ERROR(need_string(j, "state", state));
   KC_RETURN_IF_ERROR(need_string(j, "source", r.source));
@@ -90,7 +94,7 @@ json fields_without_blob(const Record& r) {
   j["format"] = r.format;
   j["key"] = r.key;
   j["op"] = r.op;
-  j["backend"] = r.backend;
+  j["backend"] = backend_name(r.backend);
   j["state"] = state_name(r.state);
   j["source"] = r.source;
   j["launch"] = r.launch;

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/backend.h"
 #include "runtime/status.h"
 #include "runtime/tensor_meta.h"
 
@@ -49,7 +50,8 @@ std::optional<RecordState> state_from(std::string_view name);     // nullopt for
 
 struct Record {
   int format = kRecordFormat;
-  std::string key, op, backend;
+  std::string key, op;
+  BackendKind backend = BackendKind::kCpu;
   RecordState state = RecordState::kServed;
   std::string source;
   nlohmann::json launch = nlohmann::json::object();

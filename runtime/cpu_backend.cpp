@@ -270,7 +270,7 @@ class CpuLauncher : public Launcher {
 
 class CpuBackend : public Backend {
  public:
-  const char* name() const override { return "cpu"; }
+  BackendKind kind() const override { return BackendKind::kCpu; }
   std::string target_id() const override { return toolchain().target_id; }
 
   Result<CompileOutput> compile(const std::string& source) override { return cpu_compile(source, {}); }
@@ -286,7 +286,7 @@ Result<CompileOutput> cpu_compile(const std::string& source, const std::vector<s
     const Toolchain& tc = toolchain();
     if (!tc.status.is_ok()) return tc.status;
     auto t0 = std::chrono::steady_clock::now();
-    ScopedTempDir dir("cpu");
+    ScopedTempDir dir("cc");
     if (!dir.ok()) return Status::error(Code::kIOError, "cannot create a temp dir for the CPU compiler");
     const std::string hdr = dir.file("kc_cpu.h"), src = dir.file("kernel.cpp"), so = dir.file("kernel.so"),
                       logf = dir.file("compile.log");

@@ -135,7 +135,7 @@ class CudaBackend : public Backend {
   CudaBackend(const DriverApi& d, CUcontext primary, int sm, std::string target)
       : d_(d), ctx_(primary), sm_(sm), target_(std::move(target)) {}
 
-  const char* name() const override { return "cuda"; }
+  BackendKind kind() const override { return BackendKind::kCuda; }
   std::string target_id() const override { return target_; }
   Result<CompileOutput> compile(const std::string& source) override { return nvrtc_compile(source, sm_); }
 

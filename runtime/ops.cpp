@@ -27,6 +27,7 @@ const char* family_name(OpFamily f) {
     return name;
 #include "runtime/ops.def"
 #undef KC_FAMILY
+    case OpFamily::kCount: break;
   }
   return "?";
 }

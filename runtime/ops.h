@@ -20,7 +20,9 @@ enum class OpFamily {
 #define KC_FAMILY(f, name) k##f,
 #include "runtime/ops.def"
 #undef KC_FAMILY
+  kCount
 };
+constexpr int kNumFamilies = static_cast<int>(OpFamily::kCount);
 
 struct OpInfo {
   OpId id;

@@ -16,7 +16,7 @@ namespace kc {
 namespace {
 
 // Every tag this project creates under temp_root(); nothing else there is ever swept.
-constexpr const char* kTags[] = {"calls", "sanitize", "asan-path", "put", "probe", "so", "cpu", "eval"};
+constexpr const char* kTags[] = {"calls", "sanitize", "asan-path", "put", "probe", "so", "cc", "eval"};
 
 // The owner's pid of a name kc-<tag>-<pid>[-.]..., or -1 for any other name.
 long owner_pid(const std::string& name) {

@@ -78,7 +78,7 @@ struct Counts {
 
 // Runs every sampled candidate of `k` and compares against the fp64 reference.
 void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
-  auto cr = make_call(k.op, k.sizes, k.dt, "cuda", k.args);
+  auto cr = make_call(k.op, k.sizes, k.dt, BackendKind::kCuda, k.args);
   ASSERT_TRUE(cr.is_ok()) << describe(k) << ": " << cr.status().to_string();
   const OpCall c = cr.value();
   const Template* t = nullptr;
@@ -362,7 +362,7 @@ TEST_F(Gpu, Timings) {
       {OpId::kGelu, {1 << 26}, kNone, {{}}, 2 * 4.0 * (1 << 26)},
   };
   for (const T& t : ts) {
-    auto cr = make_call(t.op, t.sizes, DType::kF32, "cuda", t.args);
+    auto cr = make_call(t.op, t.sizes, DType::kF32, BackendKind::kCuda, t.args);
     ASSERT_TRUE(cr.is_ok());
     const OpCall c = cr.value();
     const Template* tp = nullptr;

@@ -108,5 +108,5 @@ def test_llm_kernels_are_asked_for_verified_and_fed_back(tmp_path, api):
 def test_an_endpoint_that_is_down_costs_a_log_line(tmp_path):
     r = evolve(tmp_path / "cache", "http://127.0.0.1:9/v1/chat/completions", json_out=False)
     assert r.returncode == 0, r.stderr
-    assert "LLM proposer:" in r.stderr and "failed" in r.stderr, r.stderr[-2000:]
+    assert "llm proposer:" in r.stderr and "failed" in r.stderr, r.stderr[-2000:]
     assert "served" in r.stdout or "eager_best" in r.stdout, r.stdout

@@ -38,7 +38,7 @@ def test_what_a_dead_process_left_is_swept_and_nothing_else(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
     live = os.getpid()
-    left = [f"kc-calls-{dead.pid}", f"kc-put-{dead.pid}-Ab12Cd", f"kc-cpu-{dead.pid}-xyz", f"kc-sanitize-{dead.pid}"]
+    left = [f"kc-calls-{dead.pid}", f"kc-put-{dead.pid}-Ab12Cd", f"kc-cc-{dead.pid}-xyz", f"kc-sanitize-{dead.pid}"]
     kept = [f"kc-calls-{live}", f"kc-put-{live}-Ab12Cd", "kc-pytest-12345678", f"kc-other-{dead.pid}"]
     for n in left + kept:
         (tmpdir / n).mkdir()

@@ -28,7 +28,7 @@ Record make(const std::string& op, int n) {
   Record r;
   r.key = k.take();
   r.op = op;
-  r.backend = "cpu";
+  r.backend = BackendKind::kCpu;
   r.source = "// kernel " + std::to_string(n);
   r.blob = std::string("\0blob", 5) + std::to_string(n);
   return r;

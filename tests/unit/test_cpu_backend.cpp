@@ -259,6 +259,15 @@ TEST(CpuBackend, TargetIdNamesIsaAndCompiler) {
   EXPECT_STREQ(cpu_backend().name(), "cpu");
 }
 
+TEST(Backend, KindsHaveOneNameEachAndTheCpuIsChosenForItsKind) {
+  for (BackendKind k : {BackendKind::kCpu, BackendKind::kCuda}) EXPECT_EQ(backend_from_name(backend_name(k)), k);
+  for (const char* bad : {"", "CPU", "hip", "cuda0"}) EXPECT_FALSE(backend_from_name(bad)) << bad;
+  auto be = backend_for(BackendKind::kCpu, 0);
+  ASSERT_TRUE(be.is_ok());
+  EXPECT_EQ(be.value(), &cpu_backend());
+  EXPECT_EQ(be.value()->kind(), BackendKind::kCpu);
+}
+
 TEST(CpuBackend, PreludeIsKcCpuH) {
   std::ifstream f(std::string(KC_SOURCE_DIR) + "/runtime/kc_cpu.h");
   ASSERT_TRUE(f);

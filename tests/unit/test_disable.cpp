@@ -16,7 +16,7 @@ Record served(const std::string& key, const std::string& blob) {
   Record r;
   r.key = key;
   r.op = "aten::relu";
-  r.backend = "cpu";
+  r.backend = BackendKind::kCpu;
   r.source = "extern \"C\" void k(const kc_cpu_ctx*, void* const*) {}\n";
   r.launch = {{"version", 1}};
   r.meta = {{"provenance", {{"by", "test"}, {"verified", true}}}};

@@ -142,7 +142,7 @@ TEST(JobFuzz, DeepNestingAndHugeFilesAreRefused) {
 }
 
 TEST(SearchStateFuzz, DamagedStatesAreRefusedNotThrown) {
-  auto call = make_call(OpId::kRelu, {64, 37}, DType::kF32, "cpu");
+  auto call = make_call(OpId::kRelu, {64, 37}, DType::kF32, BackendKind::kCpu);
   ASSERT_TRUE(call.is_ok());
   SearchOptions o;
   Search s(call.value(), o);

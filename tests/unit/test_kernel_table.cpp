@@ -31,7 +31,7 @@ void put_record(const std::string& dir, const std::string& key, const std::strin
   Record r;
   r.key = key;
   r.op = "aten::relu";
-  r.backend = "cpu";
+  r.backend = BackendKind::kCpu;
   r.state = state_from(state).value();   // the test names states as the records' JSON does
   if (state == "served") r.blob = blob;
   auto w = Store::open(dir, Store::Mode::kWriter);

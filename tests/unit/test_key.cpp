@@ -142,11 +142,11 @@ namespace {
 TEST(Key, TargetsParseOrAreErrors) {
   auto cpu = parse_target("cpu-x86_64-v3+gcc-12.2.0+abi2");
   ASSERT_TRUE(cpu.is_ok());
-  EXPECT_EQ(cpu->kind, TargetInfo::Kind::kCpu);
-  EXPECT_STREQ(cpu->backend(), "cpu");
+  EXPECT_EQ(cpu->kind, BackendKind::kCpu);
+  EXPECT_STREQ(backend_name(cpu->kind), "cpu");
   auto gpu = parse_target("cuda-sm_90+drv-13000+nvrtc-13.0");
   ASSERT_TRUE(gpu.is_ok());
-  EXPECT_EQ(gpu->kind, TargetInfo::Kind::kCuda);
+  EXPECT_EQ(gpu->kind, BackendKind::kCuda);
   EXPECT_EQ(gpu->sm, 90);
   for (const char* bad : {"", "t", "cpu", "cuda", "cuda-sm_", "cuda-sm_x", "hip-gfx942", "CPU-x86_64"})
     EXPECT_EQ(parse_target(bad).status().code(), Code::kInvalid) << bad;

@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-OpCall relu_call(const std::string& backend) {
+OpCall relu_call(BackendKind backend) {
   auto c = make_call(OpId::kRelu, {300, 7}, DType::kF32, backend);
   EXPECT_TRUE(c) << c.status().to_string();
   return c.value();
@@ -21,7 +21,7 @@ std::string chat_body(const std::string& content) {
 }
 
 TEST(Llm, MessagesCarryTheCallTheRulesAndTheFeedback) {
-  OpCall c = relu_call("cpu");
+  OpCall c = relu_call(BackendKind::kCpu);
   LlmContext ctx;
   ctx.eager_ms = 0.012;
   ctx.best.push_back({"cpu.unary{elems=4096}", "extern \"C\" void kc_best(...) {}", {{"version", 1}}, 0.010,
@@ -43,18 +43,18 @@ TEST(Llm, MessagesCarryTheCallTheRulesAndTheFeedback) {
   EXPECT_NE(task.find("10.00 us (1.7 GB/s over the 16800 bytes"), std::string::npos) << task;
   EXPECT_NE(task.find("heap-buffer-overflow"), std::string::npos) << "recent failures are fed back";
   EXPECT_NE(task.find("index 17"), std::string::npos) << "its own last rejection is fed back";
-  EXPECT_NE(llm_messages(relu_call("cuda"), {})[0]["content"].get<std::string>().find("NVRTC"), std::string::npos);
+  EXPECT_NE(llm_messages(relu_call(BackendKind::kCuda), {})[0]["content"].get<std::string>().find("NVRTC"), std::string::npos);
 }
 
 TEST(Llm, RequestsForEitherApi) {
   LlmOptions o;
   o.model = "m";
-  json openai = llm_request(o, relu_call("cpu"), {});
+  json openai = llm_request(o, relu_call(BackendKind::kCpu), {});
   EXPECT_EQ(openai["model"], "m");
   ASSERT_EQ(openai["messages"].size(), 2u);
   EXPECT_EQ(openai["messages"][0]["role"], "system");
   o.api = "anthropic";
-  json anthropic = llm_request(o, relu_call("cpu"), {});
+  json anthropic = llm_request(o, relu_call(BackendKind::kCpu), {});
   EXPECT_TRUE(anthropic["system"].is_string()) << "Anthropic takes the rules as a top-level system prompt";
   ASSERT_EQ(anthropic["messages"].size(), 1u);
   EXPECT_EQ(anthropic["messages"][0]["role"], "user");
@@ -96,26 +96,28 @@ TEST(Llm, BadRepliesAreErrorsWithAReason) {
 }
 
 TEST(Llm, ProposalsJoinTheBatchAndSurviveAResume) {
-  OpCall c = relu_call("cpu");
+  OpCall c = relu_call(BackendKind::kCpu);
   c.key = "kc1|cpu-test|aten::relu|fp32|test";
-  EXPECT_FALSE(Search(c, SearchOptions{}).llm_due()) << "generation 0 is the templates' own";
+  EXPECT_FALSE(Search(c, SearchOptions{}).freeform_due()) << "generation 0 is the templates' own";
   SearchState second;
   second.generation = 1;
   Search s(c, SearchOptions{}, second);
   ASSERT_FALSE(s.next_batch().empty());
-  ASSERT_TRUE(s.llm_due());
-  s.llm_asked();
-  EXPECT_FALSE(s.llm_due()) << "once per generation";
+  ASSERT_TRUE(s.freeform_due());
+  s.freeform_asked();
+  EXPECT_FALSE(s.freeform_due()) << "once per generation";
+  const LlmProposer llm(LlmOptions{});
   const json launch = {{"version", 1}};
-  auto a = s.add_proposal("extern \"C\" void a() {}", launch, {"parent-id"});
+  auto a = s.add_proposal(llm, {"extern \"C\" void a() {}", launch, {"parent-id"}});
   ASSERT_TRUE(a) << a.status().to_string();
   EXPECT_EQ(a.value().family, "llm");
   EXPECT_EQ(a.value().origin, "llm");
-  EXPECT_FALSE(s.add_proposal("extern \"C\" void a() {}", launch, {})) << "the same kernel twice is refused";
+  EXPECT_FALSE(s.add_proposal(llm, {"extern \"C\" void a() {}", launch, {}})) << "the same kernel twice is refused";
   // A worker killed now resumes with the proposal still pending, its text intact.
   SearchState saved = search_state_from(to_json(s.state()));
   ASSERT_EQ(saved.proposals.size(), 1u);
-  EXPECT_EQ(saved.llm_generation, 1);
+  EXPECT_EQ(saved.freeform_generation, 1);
+  EXPECT_EQ(saved.proposals[0]["family"], "llm");
   Search resumed(c, SearchOptions{}, saved);
   bool found = false;
   for (const Candidate& k : resumed.next_batch())
@@ -126,12 +128,26 @@ TEST(Llm, ProposalsJoinTheBatchAndSurviveAResume) {
     }
   EXPECT_TRUE(found) << "the pending LLM candidate comes back after a resume";
   EXPECT_FALSE(resumed.render("llm", {{"n", 5}})) << "an index past the proposals is an error";
+  EXPECT_FALSE(resumed.render("other", {{"n", 0}})) << "a proposal is rendered only as its own proposer's";
+}
+
+TEST(Llm, AStateWrittenBeforeProposersWereNamedResumes) {
+  json old = {{"generation", 2}, {"llm_generation", 1},
+              {"proposals", {{{"source", "extern \"C\" void b() {}"}, {"launch", {{"version", 1}}}, {"parents", json::array()}}}}};
+  SearchState s = search_state_from(old);
+  EXPECT_EQ(s.freeform_generation, 1);
+  ASSERT_EQ(s.proposals.size(), 1u);
+  OpCall c = relu_call(BackendKind::kCpu);
+  c.key = "kc1|cpu-test|aten::relu|fp32|test";
+  auto k = Search(c, SearchOptions{}, s).render("llm", {{"n", 0}});
+  ASSERT_TRUE(k) << k.status().to_string();
+  EXPECT_EQ(k.value().source, "extern \"C\" void b() {}");
 }
 
 TEST(Llm, WithoutAnEndpointNothingIsAsked) {
   LlmOptions o;
   EXPECT_FALSE(o.enabled());
-  auto p = ask_llm(o, relu_call("cpu"), {});
+  auto p = ask_llm(o, relu_call(BackendKind::kCpu), {});
   ASSERT_FALSE(p);
   EXPECT_EQ(p.status().code(), Code::kUnsupported);
 }

@@ -15,7 +15,7 @@ namespace kc::evolve {
 namespace {
 
 OpCall call_of(OpId op, std::vector<int64_t> sizes) {
-  auto c = make_call(op, sizes, DType::kF32, "cpu");
+  auto c = make_call(op, sizes, DType::kF32, BackendKind::kCpu);
   EXPECT_TRUE(c.is_ok());
   return c.value();
 }
@@ -141,7 +141,7 @@ TEST(Numerics, ElementwiseKeepsEagersBudget) {
 
 // A reduction over a leading axis: the model is computed in row layout and put back in order.
 TEST(Numerics, SoftmaxOverDimZero) {
-  auto c = make_call(OpId::kSoftmax, {300, 40}, DType::kF32, "cpu", {{"dim", 0}});
+  auto c = make_call(OpId::kSoftmax, {300, 40}, DType::kF32, BackendKind::kCpu, {{"dim", 0}});
   ASSERT_TRUE(c.is_ok());
   InputSet s = set_of(c.value(), "large");
   EXPECT_FALSE(compare("out", s.ref64[0].to(at::kFloat), s, 0).has_value());
@@ -163,13 +163,13 @@ TEST(OpSpec, EveryOperatorInTheTableIsComplete) {
     nlohmann::json args = nlohmann::json::object();
     if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward)
       args["normalized_shape"] = {48};
-    for (const char* backend : {"cpu", "cuda"}) {
+    for (BackendKind backend : {BackendKind::kCpu, BackendKind::kCuda}) {
       auto c = make_call(info.id, {6, 48}, DType::kF32, backend, args);
       ASSERT_TRUE(c.is_ok()) << c.status().to_string();
       ASSERT_FALSE(c.value().outputs.empty());
-      EXPECT_FALSE(templates_for(c.value()).empty()) << "no " << backend << " template";
+      EXPECT_FALSE(templates_for(c.value()).empty()) << "no " << backend_name(backend) << " template";
     }
-    auto c = make_call(info.id, {6, 48}, DType::kF32, "cpu", args).value();
+    auto c = make_call(info.id, {6, 48}, DType::kF32, BackendKind::kCpu, args).value();
     ASSERT_FALSE(input_kinds(info.id).empty());
     for (const std::string& kind : input_kinds(info.id)) {
       auto s = reference_set(c, kind, make_inputs(c, kind, 3, at::kCPU));

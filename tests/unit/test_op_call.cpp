@@ -12,7 +12,7 @@ TEST(OpCall, KeyRoundTripForEveryOp) {
     nlohmann::json args = nlohmann::json::object();
     if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward)
       args["normalized_shape"] = {5, 7};
-    auto c = make_call(info.id, {3, 5, 7}, DType::kF32, "cpu", args);
+    auto c = make_call(info.id, {3, 5, 7}, DType::kF32, BackendKind::kCpu, args);
     ASSERT_TRUE(c.is_ok()) << info.name << ": " << c.status().to_string();
     c.value().target = "cpu-x86_64-v3+gcc-12.2.0";
     const std::string key = call_key(c.value());
@@ -28,11 +28,11 @@ TEST(OpCall, KeyRoundTripForEveryOp) {
 }
 
 TEST(OpCall, LayerNormOutputsAndMasks) {
-  auto c = make_call(OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32, "cuda", {{"normalized_shape", {64, 256, 256}}});
+  auto c = make_call(OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32, BackendKind::kCuda, {{"normalized_shape", {64, 256, 256}}});
   ASSERT_TRUE(c.is_ok());
   ASSERT_EQ(c.value().outputs.size(), 3u);
   EXPECT_EQ(c.value().outputs[1].sizes, (std::vector<int64_t>{1, 1, 1, 1}));
-  auto b = make_call(OpId::kLayerNormBackward, {8, 512}, DType::kF32, "cuda", {{"output_mask", {1, 0, 1}}});
+  auto b = make_call(OpId::kLayerNormBackward, {8, 512}, DType::kF32, BackendKind::kCuda, {{"output_mask", {1, 0, 1}}});
   ASSERT_TRUE(b.is_ok());
   EXPECT_TRUE(b.value().outputs[0].defined);
   EXPECT_FALSE(b.value().outputs[1].defined);
@@ -50,7 +50,7 @@ TEST(OpCall, BadKeysAreStatuses) {
 }
 
 TEST(OpCall, NormalizedShapeMustBeTrailing) {
-  EXPECT_FALSE(make_call(OpId::kLayerNorm, {4, 8}, DType::kF32, "cpu", {{"normalized_shape", {4}}}).is_ok());
+  EXPECT_FALSE(make_call(OpId::kLayerNorm, {4, 8}, DType::kF32, BackendKind::kCpu, {{"normalized_shape", {4}}}).is_ok());
 }
 
 }  // namespace

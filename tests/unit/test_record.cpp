@@ -12,7 +12,7 @@ Record sample() {
   Record r;
   r.key = "kc1|cpu-x86_64+gcc-12.2.0|aten::relu|fp32|self=T:f32[16]s[1]a16";
   r.op = "aten::relu";
-  r.backend = "cpu";
+  r.backend = BackendKind::kCpu;
   r.state = RecordState::kServed;
   r.source = "extern \"C\" void kc_relu(const kc_cpu_ctx* c, void* const* a) {}\n";
   r.launch = {{"version", 1}, {"launches", json::array({{{"entry", "kc_relu"}}})}};
@@ -62,6 +62,16 @@ TEST(Record, BlobIsStoredAsCborBytes) {
   ASSERT_TRUE(j.contains("blob"));
   EXPECT_TRUE(j["blob"].is_binary());
   EXPECT_EQ(j["format"], kRecordFormat);
+}
+
+TEST(Record, BackendIsANameOnDiskAndAnUnknownOneIsCorrupt) {
+  Record r = sample();
+  r.backend = BackendKind::kCuda;
+  json j = encoded_json(r);
+  EXPECT_EQ(j["backend"], "cuda");
+  EXPECT_EQ(decode_record(encode_record(r)).value().backend, BackendKind::kCuda);
+  j["backend"] = "hip";
+  EXPECT_EQ(decode_json(j).code(), Code::kCorrupt);
 }
 
 TEST(Record, GarbageIsCorrupt) {

@@ -34,7 +34,7 @@ void fill(const std::string& dir) {
       Record r;
       r.key = key_of(i);
       r.op = "aten::relu";
-      r.backend = "cpu";
+      r.backend = BackendKind::kCpu;
       r.source = "// kernel " + std::to_string(i);
       r.blob.resize(2048);
       for (auto& c : r.blob) c = static_cast<char>(rng());

@@ -11,7 +11,7 @@ namespace kc::evolve {
 namespace {
 
 OpCall relu_call() {
-  auto c = make_call(OpId::kRelu, {1000, 37}, DType::kF32, "cpu");
+  auto c = make_call(OpId::kRelu, {1000, 37}, DType::kF32, BackendKind::kCpu);
   EXPECT_TRUE(c.is_ok());
   c.value().key = "kc1|test|aten::relu|fp32|self=T:f32[1000,37]s[37,1]a16";
   return c.value();
@@ -113,7 +113,7 @@ TEST(Search, ResumesFromSavedStateWithoutRepeating) {
 }
 
 TEST(Search, NoTemplateFinishesAtOnce) {
-  auto c = make_call(OpId::kRelu, {8, 8}, DType::kI64, "cpu");   // no template handles int64
+  auto c = make_call(OpId::kRelu, {8, 8}, DType::kI64, BackendKind::kCpu);   // no template handles int64
   ASSERT_TRUE(c.is_ok());
   Search s(c.value(), SearchOptions{});
   EXPECT_TRUE(s.next_batch().empty());

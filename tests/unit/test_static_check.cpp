@@ -29,9 +29,9 @@ std::string slurp(const std::filesystem::path& p) {
 std::string src(const char* rel) { return slurp(std::filesystem::path(KC_SOURCE_DIR) / rel); }
 
 StaticReport cuda(const std::string& s, int64_t numel = 1 << 20, const std::string& policy = "fp32") {
-  return static_check(s, "cuda", policy, {"f32"}, numel);
+  return static_check(s, BackendKind::kCuda, policy, {"f32"}, numel);
 }
-StaticReport cpu(const std::string& s, int64_t numel = 1 << 20) { return static_check(s, "cpu", "fp32", {"f32"}, numel); }
+StaticReport cpu(const std::string& s, int64_t numel = 1 << 20) { return static_check(s, BackendKind::kCpu, "fp32", {"f32"}, numel); }
 
 // The severity of `rule`'s finding, "" if it did not fire.
 std::string sev(const StaticReport& r, const std::string& rule) {
@@ -131,11 +131,11 @@ TEST(StaticCheck, PrecisionThePolicyForbids) {
   // Rounded intrinsics are exact; standard math functions are fine.
   EXPECT_CLEAN(cuda("__device__ float f(float x) { return __frcp_rn(x) + __fdiv_rn(x, 3.f) + rsqrtf(x) + tanhf(x); }\n"));
   // Reduced precision is allowed where the data is half or the policy says so.
-  EXPECT_TRUE(static_check("#include <cuda_fp16.h>\n__device__ float f(__half h) { return __half2float(h); }\n", "cuda", "fp32",
+  EXPECT_TRUE(static_check("#include <cuda_fp16.h>\n__device__ float f(__half h) { return __half2float(h); }\n", BackendKind::kCuda, "fp32",
                            {"f16"}, 100).ok());
-  EXPECT_TRUE(static_check("__device__ float f(float a) { return __bfloat162float(__float2bfloat16(a)); }\n", "cuda", "bf16",
+  EXPECT_TRUE(static_check("__device__ float f(float a) { return __bfloat162float(__float2bfloat16(a)); }\n", BackendKind::kCuda, "bf16",
                            {"f32"}, 100).ok());
-  EXPECT_TRUE(static_check("__device__ void f() { wmma::fragment<int, 16, 16, 16, float> a; }\n", "cuda", "tf32", {"f32"}, 100).ok());
+  EXPECT_TRUE(static_check("__device__ void f() { wmma::fragment<int, 16, 16, 16, float> a; }\n", BackendKind::kCuda, "tf32", {"f32"}, 100).ok());
 }
 
 TEST(StaticCheck, ClocksAndAsm) {
@@ -249,7 +249,8 @@ int64_t max_numel(const nlohmann::json& e) {
 TEST(StaticCheckCorpus, HonestKernelsHaveNoErrorsAndStaticDefectsAreRejected) {
   int honest = 0, static_defects = 0;
   for (const auto& e : manifest()) {
-    const std::string name = e["name"], b = e["backend"];
+    const std::string name = e["name"];
+    const BackendKind b = backend_from_name(e["backend"].get<std::string>()).value();
     // As the gauntlet's static stage does: the raw source, then the source with macros expanded.
     const std::string raw = slurp(corpus_file(e, "src"));
     auto r = static_check(raw, b, "fp32", {"f32"}, max_numel(e));
@@ -318,7 +319,7 @@ TEST(StaticCheck, MacrosAreExpandedBeforeTheRules) {
   EXPECT_EQ(expanded.value().find("#include"), std::string::npos) << "includes are blanked, not expanded";
   EXPECT_NE(expanded.value().find("static float memo[16];"), std::string::npos) << expanded.value();
   EXPECT_NE(expanded.value().find("static int calls;"), std::string::npos) << expanded.value();
-  StaticReport rep = static_check(expanded.value(), "cpu", "fp32", {"f32"}, 100);
+  StaticReport rep = static_check(expanded.value(), BackendKind::kCpu, "fp32", {"f32"}, 100);
   EXPECT_FALSE(rep.ok());
   EXPECT_NE(rep.first_error().find("device-state"), std::string::npos) << rep.first_error();
   EXPECT_EQ(expand_macros("#if\n").status().code(), Code::kCompileError) << "a source that does not preprocess";

@@ -113,7 +113,7 @@ OpCall must(Result<OpCall> r) {
 }
 
 OpCall cpu_call(OpId op, std::vector<int64_t> sizes, json args = json::object()) {
-  return must(make_call(op, sizes, DType::kF32, "cpu", args));
+  return must(make_call(op, sizes, DType::kF32, BackendKind::kCpu, args));
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -348,7 +348,7 @@ const Template* cpu_template(const OpCall& c) {
   std::vector<const Template*> ts = templates_for(c);
   std::vector<const Template*> cpu;
   for (auto* t : ts)
-    if (std::string(t->backend()) == "cpu") cpu.push_back(t);
+    if (t->backend() == BackendKind::kCpu) cpu.push_back(t);
   EXPECT_EQ(cpu.size(), 1u) << op_info(c.op).name;
   return cpu.size() == 1 ? cpu[0] : nullptr;
 }
@@ -584,7 +584,7 @@ TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
       for (const auto& l : spec->launches)
         EXPECT_NE(r->source.find("extern \"C\" void " + l.entry + "("), std::string::npos) << l.entry;
       if (checked.insert(r->source).second) {
-        StaticReport rep = static_check(r->source, "cpu", "fp32", {"f32"}, cs.call.inputs[0].numel());
+        StaticReport rep = static_check(r->source, BackendKind::kCpu, "fp32", {"f32"}, cs.call.inputs[0].numel());
         EXPECT_TRUE(rep.ok()) << cs.label << " " << r->id() << ": " << rep.to_json().dump(2);
         EXPECT_TRUE(rep.findings.empty()) << rep.to_json().dump(2);
       }
@@ -604,9 +604,9 @@ TEST(CpuTemplates, ScopeAndKnobChecks) {
   };
   OpCall ok = cpu_call(OpId::kRelu, {4, 8});
   EXPECT_EQ(first_space(ok), "cpu.unary");
-  OpCall cuda = must(make_call(OpId::kRelu, {4, 8}, DType::kF32, "cuda"));
+  OpCall cuda = must(make_call(OpId::kRelu, {4, 8}, DType::kF32, BackendKind::kCuda));
   EXPECT_EQ(first_space(cuda), "");
-  OpCall f64 = must(make_call(OpId::kRelu, {4, 8}, DType::kF64, "cpu"));
+  OpCall f64 = must(make_call(OpId::kRelu, {4, 8}, DType::kF64, BackendKind::kCpu));
   EXPECT_EQ(first_space(f64), "");
   OpCall strided = ok;
   strided.inputs[0].strides = {1, 4};   // transposed

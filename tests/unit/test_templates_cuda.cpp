@@ -95,7 +95,7 @@ std::vector<Case> cases() {
 }
 
 OpCall call_of(const Case& k) {
-  auto c = make_call(k.op, k.sizes, k.dt, "cuda", k.args);
+  auto c = make_call(k.op, k.sizes, k.dt, BackendKind::kCuda, k.args);
   EXPECT_TRUE(c.is_ok()) << describe(k) << ": " << c.status().to_string();
   return c.is_ok() ? c.value() : OpCall{};
 }
@@ -145,11 +145,11 @@ TEST(TemplatesCuda, EveryOpHasExactlyOneCudaTemplate) {
     OpCall c = call_of(k);
     const Template* t = cuda_template_for(c);
     ASSERT_NE(t, nullptr) << info.name;
-    EXPECT_STREQ(t->backend(), "cuda");
+    EXPECT_EQ(t->backend(), BackendKind::kCuda);
     auto fams = templates_for(c);
     EXPECT_NE(std::find(fams.begin(), fams.end(), t), fams.end()) << info.name;
     // A CPU call is never claimed by a CUDA template.
-    auto cpu = make_call(info.id, {8, 64}, DType::kF32, "cpu");
+    auto cpu = make_call(info.id, {8, 64}, DType::kF32, BackendKind::kCpu);
     ASSERT_TRUE(cpu.is_ok());
     for (const Template* ct : cuda_templates()) EXPECT_TRUE(ct->space(cpu.value()).empty()) << ct->name();
   }
@@ -319,7 +319,7 @@ TEST(TemplatesCuda, SampledKnobsRenderResolveAndCompile) {
 
   auto ts = std::chrono::steady_clock::now();
   for (const auto& [src, where] : sources) {
-    StaticReport rep = static_check(src, "cuda", "fp32", dtypes_of[src], numel_of[src]);
+    StaticReport rep = static_check(src, BackendKind::kCuda, "fp32", dtypes_of[src], numel_of[src]);
     EXPECT_TRUE(rep.ok()) << where << ": " << rep.to_json().dump(1);
   }
   std::printf("static check: %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count());

@@ -102,7 +102,7 @@ int cmd_ls(const Args& args) {
     auto rec = decode_record(value);
     json row = {{"key", key}, {"op", key_op(key)}};
     if (rec) {
-      row.update({{"state", state_name(rec->state)}, {"backend", rec->backend}, {"blob_bytes", rec->blob.size()},
+      row.update({{"state", state_name(rec->state)}, {"backend", backend_name(rec->backend)}, {"blob_bytes", rec->blob.size()},
                   {"source_bytes", rec->source.size()}, {"verified", record_verified(rec.value())},
                   {"determinism", determinism_name(rec->determinism)}});
       if (auto d = rec->meta.find("disabled"); d != rec->meta.end() && d->is_object())
@@ -195,7 +195,7 @@ int cmd_stats(const Args& args) {
       return true;
     }
     ++by_state[state_name(rec->state)];
-    ++by_backend[rec->backend];
+    ++by_backend[backend_name(rec->backend)];
     blob_bytes += rec->blob.size();
     return true;
   }, &damaged);

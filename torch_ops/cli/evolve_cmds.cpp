@@ -80,8 +80,9 @@ bool parse_shape(const std::string& s, std::vector<int64_t>& out) {
 
 // Calls from --op/--shape(s)/--dtype/--args/--backend, or from --key.
 int calls_from_args(const Args& args, std::vector<evolve::OpCall>& calls, bool need_key) {
-  const std::string backend = args.value("backend").empty() ? "cuda" : args.value("backend");
-  if (backend != "cuda" && backend != "cpu") return usage_error("--backend must be cuda or cpu");
+  const auto parsed_backend = backend_from_name(args.value("backend").empty() ? "cuda" : args.value("backend"));
+  if (!parsed_backend) return usage_error("--backend must be cuda or cpu");
+  const BackendKind backend = *parsed_backend;
   if (!args.value("key").empty()) {
     auto c = evolve::call_from_key(args.value("key"));
     if (!c) return usage_error(c.status().message());
@@ -102,13 +103,9 @@ int calls_from_args(const Args& args, std::vector<evolve::OpCall>& calls, bool n
   }
   std::string target;
   if (need_key) {
-    if (backend == "cpu") {
-      target = cpu_backend().target_id();
-    } else {
-      auto be = cuda_backend(device_of(args));
-      if (!be) return fail("no CUDA device for the key's target: " + be.status().message());
-      target = be.value()->target_id();
-    }
+    auto be = backend_for(backend, device_of(args));
+    if (!be) return fail("no device for the key's target: " + be.status().message());
+    target = be.value()->target_id();
   }
   for (const auto& s : split(args.value("shape"), ';')) {
     std::vector<int64_t> sizes;

@@ -116,11 +116,11 @@ int parse(int argc, char** argv, Args& out) {
 int run_targets(const Args& args) {
   if (args.words.size() > 1) return usage_error("targets takes no operands");
   nlohmann::json list = nlohmann::json::array();
-  list.push_back({{"backend", "cpu"}, {"device", 0}, {"target", cpu_backend().target_id()}});
-  for (int d = 0; d < 64 && cuda_available(d).is_ok(); ++d) {
-    auto b = cuda_backend(d);
-    if (b) list.push_back({{"backend", "cuda"}, {"device", d}, {"target", b.value()->target_id()}});
-  }
+  auto add = [&](BackendKind k, int d) {
+    if (auto b = backend_for(k, d)) list.push_back({{"backend", backend_name(k)}, {"device", d}, {"target", b.value()->target_id()}});
+  };
+  add(BackendKind::kCpu, 0);
+  for (int d = 0; d < 64 && cuda_available(d).is_ok(); ++d) add(BackendKind::kCuda, d);
   if (args.json) {
     print_json(list, true);
     return kExitOk;

@@ -59,7 +59,7 @@ int run_cache_put(const Args& args) {
   auto rec = make_manual_record(key, source, spec_json, verify ? "kernelcraft cache put --verify" : "kernelcraft cache put");
   if (!rec) {
     if (args.json) print_json({{"error", rec.status().to_string()}}, true);
-    return fail("compile failed for " + std::string(target->backend()) + ": " + first_error_line(rec.status().message()));
+    return fail("compile failed for " + std::string(backend_name(target->kind)) + ": " + first_error_line(rec.status().message()));
   }
   Record& r = rec.value();
   if (verify) {
@@ -76,10 +76,10 @@ int run_cache_put(const Args& args) {
   if (Status s = put_record(args.cache_dir, r, 10000); !s) return fail(s.message());
   const double compile_ms = r.meta["compile"].value("ms", 0.0);
   if (args.json) {
-    print_json({{"key", key}, {"backend", r.backend}, {"blob_bytes", r.blob.size()},
+    print_json({{"key", key}, {"backend", backend_name(r.backend)}, {"blob_bytes", r.blob.size()},
                 {"compile_ms", compile_ms}, {"verified", verify}}, true);
   } else {
-    std::printf("stored %s (%s, %zu-byte binary, compiled in %.0f ms, %s)\n", key.c_str(), r.backend.c_str(),
+    std::printf("stored %s (%s, %zu-byte binary, compiled in %.0f ms, %s)\n", key.c_str(), backend_name(r.backend),
                 r.blob.size(), compile_ms, verify ? "verified" : "not verified: served only with serve_unverified");
   }
   return kExitOk;

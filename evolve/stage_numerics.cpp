@@ -1,5 +1,5 @@
-// The numerics stage (gauntlet.h): every input set against its references, repeated calls, and
-// buffer reuse. Part of Gauntlet::Run (gauntlet_run.h).
+// Stage numerics (gauntlet.h): every input set against its references, repeated calls, and
+// buffer reuse; and the per-call comparison the recheck stage uses too (Gauntlet::Run).
 #include <exception>
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@ namespace kc::evolve {
 // it may when served (the caching allocator hands the same block back, not cleared): allocated
 // and poisoned when `kept` is empty, then passed on as the last call left it.
 bool Gauntlet::Run::call_and_compare(const InputSet& set, const std::vector<at::Tensor>& in,
-                                     std::vector<at::Tensor>& outs, Stage& s, const std::string& label, int call_no,
+                                     std::vector<at::Tensor>& outs, StageReport& s, const std::string& label, int call_no,
                                      std::vector<at::Tensor>* kept) {
   InputGuard guard(in);
   const bool fresh = !kept || kept->size() != spec.scratch_bytes.size();
@@ -25,7 +25,7 @@ bool Gauntlet::Run::call_and_compare(const InputSet& set, const std::vector<at::
   m.poison(outs, fresh ? scratch : none);
   if (kept) *kept = scratch;
   m.scrub_smem();
-  at(s.name, set.name, call_no);
+  at(s.id, set.name, call_no);
   Status ls = m.launch(*launcher, spec, in, outs, scratch);
   if (!ls) return reject(s, "launch failed: " + ls.message(), {{"set", set.name}, {"call", label}, {"error", ls.to_string()}});
   Status ss = m.sync();
@@ -48,7 +48,7 @@ bool Gauntlet::Run::call_and_compare(const InputSet& set, const std::vector<at::
   return true;
 }
 
-bool Gauntlet::Run::check_set(const InputSet& set, Stage& s, int repeats) {
+bool Gauntlet::Run::check_set(const InputSet& set, StageReport& s, int repeats) {
   std::vector<at::Tensor> first;
   for (int r = 0; r < repeats; ++r) {
     std::vector<at::Tensor> outs = m.alloc_outputs();
@@ -61,12 +61,16 @@ bool Gauntlet::Run::check_set(const InputSet& set, Stage& s, int repeats) {
   return true;
 }
 
+namespace {
+
 // Buffer reuse, as a training loop does it: one set of input buffers, refilled in place with
 // another input set's values, outputs first at the same addresses and then at new ones, and
 // scratch kept as the previous call left it. A result that depends on addresses or on earlier
 // calls (a memo keyed by pointer, a cache of the last result in static or __device__ memory or
 // in scratch, however it is declared) fails here.
-bool Gauntlet::Run::check_reuse(Stage& s) {
+bool check_reuse(Gauntlet::Run& r, StageReport& s) {
+  Gauntlet::Impl& m = r.m;
+  const OpCall& c = r.c;
   const int ia = m.normal_index();
   int ib = -1;
   for (size_t i = 0; i < m.sets.size(); ++i)
@@ -83,32 +87,40 @@ bool Gauntlet::Run::check_reuse(Stage& s) {
       const at::Tensor& src = a.value()->inputs[k];
       in.push_back(src.defined() ? empty_like_meta(c.inputs[k], m.dev).copy_(src) : at::Tensor());
     }
-    if (!call_and_compare(*a.value(), in, outs, s, "reused buffers, first fill", 1, &kept)) return false;
+    if (!r.call_and_compare(*a.value(), in, outs, s, "reused buffers, first fill", 1, &kept)) return false;
   }
   InputSet tb;
   auto b = m.acquire(ib, &tb);
   if (!b) return true;
   for (size_t k = 0; k < in.size(); ++k)
     if (in[k].defined()) in[k].copy_(b.value()->inputs[k]);
-  if (!call_and_compare(*b.value(), in, outs, s, "same buffers refilled, same outputs", 2, &kept)) return false;
+  if (!r.call_and_compare(*b.value(), in, outs, s, "same buffers refilled, same outputs", 2, &kept)) return false;
   std::vector<at::Tensor> moved = m.alloc_outputs();
-  return call_and_compare(*b.value(), in, moved, s, "same buffers refilled, new outputs", 3, &kept);
+  return r.call_and_compare(*b.value(), in, moved, s, "same buffers refilled, new outputs", 3, &kept);
 }
 
-bool Gauntlet::Run::numerics_stage() {
+class NumericsStage final : public GauntletStage {
+ public:
+  StageId id() const override { return StageId::kNumerics; }
+  bool runs_in(Mode mode) const override { return mode != Mode::kSanitize; }
+  bool run(Gauntlet::Run& r) const override;
+};
+
+bool NumericsStage::run(Gauntlet::Run& r) const {
+  Gauntlet::Impl& m = r.m;
   try {
     auto t0 = Clock::now();
-    Stage& s = stage("numerics");
+    StageReport& s = r.stage(id());
     s.evidence["bitwise_deterministic"] = true;
     nlohmann::json sets = nlohmann::json::array();
     for (size_t i = 0; i < m.sets.size(); ++i) {
       InputSet tmp;
       auto got = m.acquire(i, &tmp);
-      if (!got) return reject(s, "reference set '" + m.sets[i].name + "': " + got.status().message());
+      if (!got) return r.reject(s, "reference set '" + m.sets[i].name + "': " + got.status().message());
       const InputSet& set = *got.value();
-      if (!check_set(set, s, set.name == "normal" ? m.opt.repeats : 1)) {
+      if (!r.check_set(set, s, set.name == "normal" ? m.opt.repeats : 1)) {
         s.millis = ms_since(t0);
-        sandboxed();
+        r.sandboxed();
         return false;
       }
       nlohmann::json b = nlohmann::json::array();
@@ -117,19 +129,26 @@ bool Gauntlet::Run::numerics_stage() {
       sets.push_back({{"set", set.name}, {"outputs", b}});
     }
     s.evidence["sets"] = sets;
-    if (!check_reuse(s)) {
+    if (!check_reuse(r, s)) {
       s.millis = ms_since(t0);
-      sandboxed();
+      r.sandboxed();
       return false;
     }
     s.millis = ms_since(t0);
     s.summary = std::to_string(m.sets.size()) + " input sets within budget, buffers reused";
-    return !sandboxed();
+    return !r.sandboxed();
   } catch (const std::exception& e) {
-    Stage& s = v.stages.back();
+    StageReport& s = r.v.stages.back();
     m.sync().ignore();
-    return reject(s, std::string("exception: ") + e.what());
+    return r.reject(s, std::string("exception: ") + e.what());
   }
+}
+
+}  // namespace
+
+const GauntletStage& numerics_stage() {
+  static const NumericsStage s;
+  return s;
 }
 
 }  // namespace kc::evolve

@@ -1,0 +1,62 @@
+// One home per op family (the torch half): its eager reference, the inputs the gauntlet draws and
+// the shape of its error model. The torch-free half is ops/family.h.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "evolve/op_call.h"
+
+namespace kc::evolve {
+
+// How output j of a reduction is laid out in rows: the reduced axis and its length k, and whether
+// the output is a per-row statistic ([rows, 1]) or per-column (summed over rows: layer norm
+// backward's grad_weight and grad_bias). model false: elementwise, no reduction model.
+struct RowLayout {
+  bool model = false;
+  int64_t dim = 0, k = 1;    // the lead input's reduced axis (-1: the flattened trailing k)
+  bool stat = false, col = false;
+};
+
+// How an input is cut into chunks of rows for the error model.
+enum class RowView { kRows, kStat, kWhole };   // [rows, k]; [rows, 1]; a parameter, whole
+
+// One chunk of rows of every input (RowView), and output j's fp64 reference for those rows.
+struct Chunk {
+  std::vector<at::Tensor> in;
+  at::Tensor r64;
+};
+
+struct FamilyReference {
+  // The aten operator of c on inputs (schema order, undefined for absent ones), as a list of
+  // c.outputs.size() entries (undefined for masked-out grads). Inputs may be float64 (run_fp64).
+  std::vector<at::Tensor> (*eager)(const OpCall& c, const std::vector<at::Tensor>& in);
+  // The input value kinds the gauntlet draws (eager.h); "special" only where non-finite inputs
+  // have a defined elementwise answer.
+  const std::vector<std::string>* kinds;
+  double large_scale;   // the "large" kind: N(0,1) * this
+  double offset;        // the "offset" kind: N(offset, 1)
+  // Recomputes the inputs a call receives from its forward in training (saved outputs, mean and
+  // rstd) from the drawn ones, in place; nullptr when every input is independent.
+  void (*derive)(const OpCall& c, std::vector<at::Tensor>& in, at::Device dev);
+  // The error model (numerics.h attach_tolerance); layout nullptr: elementwise.
+  RowLayout (*layout)(const OpCall& c, const std::vector<at::Tensor>& in, size_t j);
+  RowView (*view)(size_t input);   // how input k is cut into rows
+  // Output j's condition magnitude for one chunk ([rows, k] or [rows, 1]); for a per-column
+  // output, this chunk's column sums [1, k] (the caller sums the chunks).
+  at::Tensor (*scale)(const OpCall& c, const Chunk& chunk, size_t j, const RowLayout& l);
+  bool any_axis;   // reduces over any axis (dim): a model over a leading axis is moved back
+};
+
+const FamilyReference& family_reference(OpFamily f);
+
+// Shared by the families' references: an fp64 copy (never a view: the model works in place).
+inline at::Tensor f64(const at::Tensor& t) { return t.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true); }
+inline std::optional<at::Tensor> opt(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+// A tensor with m's exact metadata and alignment class on dev (eager.h).
+at::Tensor empty_like_meta(const TensorMeta& m, at::Device dev);
+
+}  // namespace kc::evolve
