@@ -109,8 +109,7 @@ class Submitter {
     pending_at_spawn_ = pending;
     ++respawns_;
     auto pid = start_worker(dir, worker_exe(c),
-                            {"--jobs", std::to_string(c.evolve_jobs), "--idle-s", std::to_string(c.worker_idle_s),
-                             "--gpu-share", std::to_string(c.evolve_gpu_share)});
+                            {"--settings", evolution_settings(c).dump(), "--idle-s", std::to_string(c.worker_idle_s)});
     if (!pid) {
       std::lock_guard<std::mutex> g2(mu_);
       last_error_ = pid.status().to_string();
@@ -153,9 +152,7 @@ class Submitter {
     job.submitter_pid = static_cast<int>(getpid());
     job.submitted_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
-    job.settings = {{"search", {{"mu", c.evolve_mu}, {"lambda", c.evolve_lambda},
-                                {"max_generations", c.evolve_generations}, {"key_budget_s", c.evolve_key_budget_s}}},
-                    {"candidate_timeout_s", c.evolve_candidate_timeout_s}};
+    job.settings = evolution_settings(c);
     try {
       if (p.ready) p.ready->synchronize();   // the clones are complete; only this thread waits
       if (!p.clones.empty()) {

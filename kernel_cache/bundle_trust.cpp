@@ -71,6 +71,24 @@ std::string to_hex(const std::string& raw) {
   return hex;
 }
 
+std::string to_base64(const std::string& raw) {
+  constexpr int kVariant = sodium_base64_VARIANT_ORIGINAL;
+  std::string out(sodium_base64_ENCODED_LEN(raw.size(), kVariant), '\0');
+  sodium_bin2base64(&out[0], out.size(), reinterpret_cast<const unsigned char*>(raw.data()), raw.size(), kVariant);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+Result<std::string> from_base64(const std::string& text) {
+  std::string out(text.size() / 4 * 3 + 3, '\0');
+  size_t got = 0;
+  if (sodium_base642bin(reinterpret_cast<unsigned char*>(&out[0]), out.size(), text.data(), text.size(), nullptr,
+                        &got, nullptr, sodium_base64_VARIANT_ORIGINAL) != 0)
+    return Status::error(Code::kInvalid, "not base64");
+  out.resize(got);
+  return out;
+}
+
 std::string binary_hash(const std::string& bytes) {
   sodium_ready();   // BLAKE2b needs no initialisation, but sodium_init picks the fastest code
   unsigned char h[32];

@@ -41,4 +41,8 @@ bool signature_valid(const std::string& payload, const std::string& signature, c
 // Hex of a raw key (for messages and provenance).
 std::string to_hex(const std::string& raw);
 
+// Standard base64 (libsodium's), for binaries inside JSON messages; kInvalid for bad text.
+std::string to_base64(const std::string& raw);
+Result<std::string> from_base64(const std::string& text);
+
 }  // namespace kc

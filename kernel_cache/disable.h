@@ -1,7 +1,7 @@
 // Disabling a stored record on evidence from the field (the live check, dispatcher/shadow.h): the
 // record stays in the store with state "disabled" and the evidence in meta.disabled, so every
 // process serving it drops it at its next catch-up, `kernelcraft cache ls/show` tell why, and the
-// worker knows which kernel not to store for the key again (evolve/worker.cpp).
+// worker knows which kernel not to store for the key again (evolve/worker/worker.cpp).
 #pragma once
 #include <string>
 

@@ -3,6 +3,7 @@
 
 #include <ctime>
 
+#include "kernel_cache/bundle_trust.h"
 #include "kernel_cache/key.h"
 #include "kernel_cache/live_compare.h"
 #include "kernel_cache/store.h"
@@ -12,11 +13,11 @@
 
 namespace kc {
 
-Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, std::string* backend) {
+Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, BackendKind* backend) {
   auto t = parse_target(target);
   if (!t) return t.status();
-  if (backend) *backend = t->backend();
-  if (t->kind == TargetInfo::Kind::kCuda) return nvrtc_compile(source, t->sm);
+  if (backend) *backend = t->kind;
+  if (t->kind == BackendKind::kCuda) return nvrtc_compile(source, t->sm);
   if (target != cpu_backend().target_id())
     return Status::error(Code::kInvalid, "key is for CPU target " + target + " but this machine is " +
                                              cpu_backend().target_id());
@@ -39,6 +40,24 @@ Result<Record> make_manual_record(const std::string& key, const std::string& sou
   r.blob = std::move(out->binary);
   r.meta["compile"] = {{"log", out->log}, {"ms", out->millis}};
   r.meta["provenance"] = {{"by", by}, {"verified", false}, {"created", static_cast<int64_t>(std::time(nullptr))}};
+  return r;
+}
+
+Result<Record> record_of_binary(const std::string& key, const std::string& source, const nlohmann::json& launch,
+                                std::string binary, const std::string& binary_hash_hex) {
+  auto target = parse_target(key_target(key));
+  if (!target) return target.status();
+  if (binary.empty() || binary_hash(binary) != binary_hash_hex)
+    return Status::error(Code::kInvalid, "the binary does not match the hash of the one verified");
+  auto spec = parse_launch_spec(launch);
+  if (!spec) return spec.status();
+  Record r;
+  r.key = key;
+  r.op = key_op(key);
+  r.source = source;
+  r.launch = to_json(spec.value());
+  r.backend = target->kind;
+  r.blob = std::move(binary);
   return r;
 }
 

@@ -13,13 +13,19 @@ namespace kc {
 
 // Compiles `source` for `target` (a key's target field) on this machine: the CPU backend for
 // "cpu-*" targets, which must be this machine's (kInvalid otherwise), NVRTC for "cuda-sm_XX*"
-// (no GPU needed). Sets `backend` to "cpu" or "cuda". Also what bundle import rebuilds with.
-Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, std::string* backend);
+// (no GPU needed). Sets `backend` to the target's kind. Also what bundle import rebuilds with.
+Result<CompileOutput> compile_for_target(const std::string& target, const std::string& source, BackendKind* backend);
 
 // Compiles `source` for the target named in `key` (the CPU backend for "cpu-*" targets, which
 // must be this machine's; NVRTC for "cuda-sm_XX*") and returns a "served" record.
 Result<Record> make_manual_record(const std::string& key, const std::string& source,
                                   const nlohmann::json& launch, const std::string& by);
+
+// A "served" record of a binary built elsewhere (the evaluation child's, which it verified): no
+// compile here. kInvalid when `binary_hash_hex` is not the binary's BLAKE2b-256 (bundle_trust.h),
+// so that only the bytes the gauntlet ran are ever stored.
+Result<Record> record_of_binary(const std::string& key, const std::string& source, const nlohmann::json& launch,
+                                std::string binary, const std::string& binary_hash_hex);
 
 // Opens `dir` as the writer (waiting for the lock), stores `r` under r.key, closes it again.
 Status put_record(const std::string& dir, const Record& r, int lock_wait_ms = 5000);

@@ -325,6 +325,16 @@ nlohmann::json to_json(const Config& c) {
   return j;
 }
 
+nlohmann::json evolution_settings(const Config& c) {
+  return {{"search", {{"mu", c.evolve_mu}, {"lambda", c.evolve_lambda}, {"max_generations", c.evolve_generations},
+                      {"key_budget_s", c.evolve_key_budget_s}}},
+          {"candidate_timeout_s", c.evolve_candidate_timeout_s},
+          {"gpu_share", c.evolve_gpu_share},
+          {"jobs", c.evolve_jobs},
+          {"memory_share", c.evolve_memory_share},
+          {"llm", {{"api", c.llm_api}, {"url", c.llm_url}, {"model", c.llm_model}, {"key_env", c.llm_key_env}}}};
+}
+
 Config load_config() {
   Config c;
   c.ops = default_ops();

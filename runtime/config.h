@@ -12,7 +12,7 @@
 
 namespace kc {
 
-// How the evaluation children are sandboxed (evolve/sandbox.h): not at all (for debugging), the
+// How the evaluation children are sandboxed (evolve/verify/sandbox.h): not at all (for debugging), the
 // syscall filter for CPU candidates and resource limits for all (the default), or the filter's
 // CUDA variant for CUDA candidates too (to be checked on each GPU machine first).
 enum class EvolveSandbox { kOff, kCpu, kAll };
@@ -32,7 +32,7 @@ struct Config {
                                        // CPU evaluation child's address-space cap, as a fraction of
                                        // the memory available when it starts (0: no cap)
   EvolveSandbox evolve_sandbox = EvolveSandbox::kCpu;  // KERNELCRAFT_EVOLVE_SANDBOX / "evolve_sandbox":
-                                       // off | cpu | all (evolve/sandbox.h)
+                                       // off | cpu | all (evolve/verify/sandbox.h)
   std::string miss_log;                // KERNELCRAFT_MISS_LOG / "miss_log": append missed keys here
   std::string trusted_keys;            // KERNELCRAFT_TRUSTED_KEYS / "trusted_keys": bundle-signing
                                        // public keys (.pub files or directories, comma-separated);
@@ -56,7 +56,7 @@ struct Config {
   std::string log_level = "warn";      // KERNELCRAFT_LOG_LEVEL / "log_level"
   bool serve_unverified = false;       // KERNELCRAFT_SERVE_UNVERIFIED / "serve_unverified": also serve
                                        // records stored by hand without the gauntlet (cache put)
-  // Background evolution (the worker process; evolve/worker.h).
+  // Background evolution (the worker process; evolve/worker/worker.h).
   bool evolve = true;                  // KERNELCRAFT_EVOLVE / "evolve": submit misses to the worker
   std::string worker;                  // KERNELCRAFT_WORKER / "worker": the kernelcraft executable
   double evolve_gpu_share = 0.2;       // KERNELCRAFT_EVOLVE_GPU_SHARE / "evolve_gpu_share": duty cycle
@@ -72,7 +72,7 @@ struct Config {
   double worker_idle_s = 60;           // KERNELCRAFT_WORKER_IDLE_S / "worker_idle_s": idle worker exits
   int evolve_nice = 10;                // KERNELCRAFT_EVOLVE_NICE / "evolve_nice": the worker's CPU
                                        // priority (nice 0..19; below the user's job by default)
-  // The LLM proposer (evolve/llm.h): an OpenAI-compatible chat-completions endpoint; off when empty.
+  // The LLM proposer (evolve/propose/llm.h): an OpenAI-compatible chat-completions endpoint; off when empty.
   std::string llm_api = "openai";      // KERNELCRAFT_LLM_API / "llm_api": openai | anthropic
   std::string llm_url;                 // KERNELCRAFT_LLM_URL / "llm_url"
   std::string llm_model;               // KERNELCRAFT_LLM_MODEL / "llm_model"
@@ -99,5 +99,12 @@ Config load_config();
 // Applies a JSON object on top of `c`; unknown keys and wrong types are kInvalid (c unchanged).
 Status apply_json(Config& c, const nlohmann::json& j);
 nlohmann::json to_json(const Config& c);
+
+// The evolution settings of `c` as the one object they travel in: from a process's configuration
+// to its worker (the worker's --settings, and every job file) and to the CLI's own options. Read
+// back in one place, evolve/worker/worker.h apply_evolve_json.
+//   {"search": {"mu", "lambda", "max_generations", "key_budget_s"}, "candidate_timeout_s",
+//    "gpu_share", "jobs", "memory_share", "llm": {"api", "url", "model", "key_env"}}
+nlohmann::json evolution_settings(const Config& c);
 
 }  // namespace kc

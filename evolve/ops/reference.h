@@ -6,7 +6,7 @@
 
 #include <ATen/ATen.h>
 
-#include "evolve/op_call.h"
+#include "evolve/ops/op_call.h"
 
 namespace kc::evolve {
 

@@ -5,7 +5,7 @@ and how far outside a rejected one is, from `kernelcraft verify --json` verdicts
 Input: run_corpus.py's --json-out file (its "results" carry each entry's verdict), or one or more
 files each holding one `kernelcraft verify --json` verdict (the entry name is the file's stem).
 The ratio is error / allowed error at the worst element under the numerics stage's tolerance
-(evolve/numerics.h attach_tolerance): <= 1 passes. For a passed kernel: the largest ratio over
+(evolve/verify/numerics.h attach_tolerance): <= 1 passes. For a passed kernel: the largest ratio over
 every set and output (and which); for a kernel rejected at numerics on the error budget: the ratio
 at its first failing output. "eager" is eager's own ratio there (how close eager is to the cap).
 Prints a Markdown table (docs/DEFECTS.md "Verification margins"). Standard library only.

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "evolve/op_call.h"
+#include "evolve/ops/op_call.h"
 
 namespace kc::evolve::gpu_ref {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "evolve/proposer.h"
+#include "evolve/propose/proposer.h"
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"

@@ -1,4 +1,4 @@
-"""The evaluation sandbox (evolve/sandbox.h) end to end: hostile CPU candidates run in a real
+"""The evaluation sandbox (evolve/verify/sandbox.h) end to end: hostile CPU candidates run in a real
 evaluation child (`kernelcraft eval-child`, driven here over its line protocol) and in the
 sanitizers' runner. Each one's payload (a file or directory outside any scratch directory, a
 process, a connection, a signal to its parent) must not take effect, and the gauntlet must reject

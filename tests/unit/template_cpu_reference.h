@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "evolve/op_call.h"
+#include "evolve/ops/op_call.h"
 
 namespace kc::evolve::cpu_ref {
 

@@ -9,8 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "evolve/search.h"
-#include "evolve/worker.h"
+#include "evolve/search/search.h"
+#include "evolve/worker/worker.h"
+#include "runtime/config.h"
 #include "runtime/fsutil.h"
 #include "runtime/worker_client.h"
 #include "test_util.h"
@@ -55,6 +56,41 @@ std::vector<json> wrong_values() {
   return {json("4"), json::array({1, 2}), json::object({{"a", 1}}), json(true), json(nullptr),
           json(INT64_MAX), json(INT64_MIN), json(UINT64_MAX), json(1e308), json(-1), json(0.5),
           json::binary_t({0xff})};
+}
+
+// Evolution settings have one channel (runtime/config.h evolution_settings, read back by
+// apply_evolve_json): every one of them arrives, and the job's own settings are that same object.
+TEST(SettingsChannel, EveryEvolutionSettingArrivesThroughTheOneObject) {
+  Config c;
+  c.evolve_mu = 3;
+  c.evolve_lambda = 5;
+  c.evolve_generations = 7;
+  c.evolve_key_budget_s = 42;
+  c.evolve_candidate_timeout_s = 33;
+  c.evolve_gpu_share = 0.25;
+  c.evolve_jobs = 2;
+  c.evolve_memory_share = 0.3;
+  c.llm_api = "anthropic";
+  c.llm_url = "http://127.0.0.1:9/x";
+  c.llm_model = "m";
+  c.llm_key_env = "K";
+  EvolveOptions o;
+  ASSERT_TRUE(apply_evolve_json(o, evolution_settings(c)).is_ok());
+  EXPECT_EQ(o.search.mu, 3);
+  EXPECT_EQ(o.search.lambda, 5);
+  EXPECT_EQ(o.search.max_generations, 7);
+  EXPECT_EQ(o.search.key_budget_s, 42);
+  EXPECT_EQ(o.candidate_timeout_s, 33);
+  EXPECT_EQ(o.gpu_share, 0.25);
+  EXPECT_EQ(o.jobs, 2);
+  EXPECT_EQ(o.memory_share, 0.3);
+  EXPECT_EQ(o.llm.api, "anthropic");
+  EXPECT_EQ(o.llm.url, "http://127.0.0.1:9/x");
+  EXPECT_EQ(o.llm.model, "m");
+  EXPECT_EQ(o.llm.key_env, "K");
+  json bad = evolution_settings(c);
+  bad["gpu_share"] = 0;
+  EXPECT_FALSE(apply_evolve_json(o, bad).is_ok()) << "a duty cycle of 0 is refused";
 }
 
 TEST(JobFuzz, GoodJobIsAccepted) {

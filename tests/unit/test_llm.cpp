@@ -2,8 +2,8 @@
 // kernels live in the search state (they cannot be re-rendered, so the state keeps their text).
 #include <gtest/gtest.h>
 
-#include "evolve/llm.h"
-#include "evolve/search.h"
+#include "evolve/propose/llm.h"
+#include "evolve/search/search.h"
 
 namespace kc::evolve {
 namespace {

@@ -1,4 +1,4 @@
-// The numerics stage's error model (evolve/numerics.h): an honest reduction in another order
+// The numerics stage's error model (evolve/verify/numerics.h): an honest reduction in another order
 // passes where its statistic is near zero; wrong reductions fail by far; a poor eager does not
 // open the budget past the model's cap.
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <optional>
 
-#include "evolve/eager.h"
-#include "evolve/numerics.h"
-#include "evolve/proposer.h"
+#include "evolve/ops/eager.h"
+#include "evolve/verify/numerics.h"
+#include "evolve/propose/proposer.h"
 
 namespace kc::evolve {
 namespace {

@@ -1,8 +1,8 @@
-// Calls (evolve/op_call.h): every op's call survives key -> call -> key and JSON round trips,
+// Calls (evolve/ops/op_call.h): every op's call survives key -> call -> key and JSON round trips,
 // outputs are inferred as eager lays them out, and malformed keys are statuses.
 #include <gtest/gtest.h>
 
-#include "evolve/op_call.h"
+#include "evolve/ops/op_call.h"
 
 namespace kc::evolve {
 namespace {

@@ -1,4 +1,4 @@
-// The evaluation sandbox (evolve/sandbox.h): in a forked child under the CPU policy, each thing a
+// The evaluation sandbox (evolve/verify/sandbox.h): in a forked child under the CPU policy, each thing a
 // hostile kernel tries fails with EPERM and leaves nothing behind, is recorded as a violation, and
 // what an honest evaluation needs (threads, reading files, writing to open descriptors, memfd
 // loading) still works; the limits end a spinner and a huge write. The same actions without the
@@ -25,7 +25,7 @@
 #include <string>
 #include <thread>
 
-#include "evolve/sandbox.h"
+#include "evolve/verify/sandbox.h"
 
 extern char** environ;
 

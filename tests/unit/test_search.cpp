@@ -1,11 +1,11 @@
-// The (mu+lambda) search (evolve/search.h) with a scripted evaluator: no duplicates, mutation and
+// The (mu+lambda) search (evolve/search/search.h) with a scripted evaluator: no duplicates, mutation and
 // crossover after the seeds, stagnation stops it, and a search resumed from its saved state
 // repeats nothing.
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "evolve/search.h"
+#include "evolve/search/search.h"
 
 namespace kc::evolve {
 namespace {

@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "evolve/preprocess.h"
-#include "evolve/static_check.h"
+#include "evolve/verify/preprocess.h"
+#include "evolve/verify/static_check.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "evolve/proposer.h"
-#include "evolve/static_check.h"
+#include "evolve/propose/proposer.h"
+#include "evolve/verify/static_check.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/launch_spec.h"
 #include "tests/unit/template_cpu_reference.h"

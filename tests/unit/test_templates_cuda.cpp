@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "evolve/proposer.h"
-#include "evolve/static_check.h"
+#include "evolve/propose/proposer.h"
+#include "evolve/verify/static_check.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 

@@ -1,8 +1,8 @@
-// What a promoted record keeps from its full-gauntlet verdict as typed fields (evolve/worker.h
+// What a promoted record keeps from its full-gauntlet verdict as typed fields (evolve/worker/worker.h
 // record_verdict_facts): the numerics stage's determinism and the live check's budget per output.
 #include <gtest/gtest.h>
 
-#include "evolve/worker.h"
+#include "evolve/worker/worker.h"
 #include "runtime/launch_spec.h"
 
 namespace kc::evolve {

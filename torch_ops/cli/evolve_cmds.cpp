@@ -6,7 +6,7 @@
 #include <memory>
 #include <sstream>
 
-#include "evolve/worker.h"
+#include "evolve/worker/worker.h"
 #include "kernel_cache/store.h"
 #include "runtime/fsutil.h"
 #include "runtime/config.h"
@@ -19,24 +19,19 @@
 namespace kc::cli {
 namespace {
 
-// Settings shared by worker and evolve: configuration (env / KERNELCRAFT_CONFIG), then options.
+// Settings shared by worker and evolve, through their one channel (runtime/config.h
+// evolution_settings): this process's configuration (env / KERNELCRAFT_CONFIG), then --settings
+// (what a training process hands the worker it starts), then single options.
 int evolve_options(const Args& args, evolve::EvolveOptions& o) {
-  Config c = load_config();
   o.cache_dir = args.cache_dir;
   o.self_exe = self_exe();
   if (o.self_exe.empty()) o.self_exe = "kernelcraft";
-  o.gpu_share = c.evolve_gpu_share;
-  o.jobs = c.evolve_jobs;
-  o.memory_share = c.evolve_memory_share;
-  o.search.mu = c.evolve_mu;
-  o.search.lambda = c.evolve_lambda;
-  o.search.max_generations = c.evolve_generations;
-  o.search.key_budget_s = c.evolve_key_budget_s;
-  o.candidate_timeout_s = c.evolve_candidate_timeout_s;
-  o.llm.api = c.llm_api;
-  o.llm.url = c.llm_url;
-  o.llm.model = c.llm_model;
-  o.llm.key_env = c.llm_key_env;
+  if (Status s = evolve::apply_evolve_json(o, evolution_settings(load_config())); !s) return usage_error(s.message());
+  if (!args.value("settings").empty()) {
+    auto j = nlohmann::json::parse(args.value("settings"), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return usage_error("--settings must be a JSON object");
+    if (Status s = evolve::apply_evolve_json(o, j); !s) return usage_error("--settings: " + s.message());
+  }
   try {
     if (!args.value("gpu-share").empty()) o.gpu_share = std::stod(args.value("gpu-share"));
     if (!args.value("jobs").empty()) o.jobs = std::stoi(args.value("jobs"));
@@ -253,7 +248,9 @@ Result<nlohmann::json> verify_calls(const Args& args, const evolve::EvolveOption
 // Prints verify's result (JSON or the stage table) and returns its exit code.
 int report_verdict(const Args& args, const nlohmann::json& out) {
   if (args.json) {
-    print_json(out, true);
+    nlohmann::json shown = out;   // without the verified binaries (base64) a pass carries
+    for (auto& r : shown["calls"]) r.erase("binary");
+    print_json(shown, true);
   } else {
     for (const auto& r : out["calls"]) {
       std::printf("shape %s\n", r.value("shape", "").c_str());

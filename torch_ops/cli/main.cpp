@@ -4,7 +4,7 @@
 #include <set>
 #include <string>
 
-#include "evolve/child.h"
+#include "evolve/worker/child.h"
 #include "kernel_cache/store.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/cuda_backend.h"
@@ -52,7 +52,7 @@ const char kUsage[] =
     "                                       run a kernel through the whole verification\n"
     "                                       gauntlet; exit 0 only if it is verified\n"
     "  search-state KEY                     every candidate a key's search tried, with verdicts\n"
-    "  worker [--jobs N] [--idle-s S]       the evolution worker (started by the runtime)\n"
+    "  worker [--settings JSON] [--idle-s S] the evolution worker (started by the runtime)\n"
     "  job-check FILE...                    validate job files as the worker does (one JSON line each)\n"
     "\n"
     "  --cache-dir DIR   cache directory (default: $KERNELCRAFT_CACHE_DIR, else\n"
@@ -63,7 +63,7 @@ const char kUsage[] =
 const std::set<std::string> kValueOptions = {"cache-dir", "op", "match", "key", "source", "launch", "keys",
                                              "shape", "dtype", "args", "backend", "device", "precision",
                                              "mu", "lambda", "generations", "budget-s", "gpu-share", "jobs",
-                                             "idle-s", "sign", "trust", "out"};
+                                             "idle-s", "sign", "trust", "out", "settings"};
 const std::set<std::string> kSwitches = {"json", "help", "no-overwrite", "verify", "reverify"};
 
 // Fills `out` from argv; returns kExitOk or a usage error (already printed).
@@ -162,7 +162,7 @@ int check_options(const Args& args) {
       {"keygen", {"out"}},
       {"repair", {}},
       {"put", {"key", "source", "launch", "verify", "device"}},
-      {"worker", {"jobs", "idle-s", "gpu-share"}},
+      {"worker", {"jobs", "idle-s", "gpu-share", "settings"}},
       {"search-state", {}},
       {"job-check", {}},
       {"evolve", {"keys", "key", "op", "shape", "dtype", "args", "backend", "device", "precision", "mu", "lambda",
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
   try {
     // Every run, the evaluation child's included: what crashed processes left in temp_root() goes.
     kc::sweep_stale_temp();
-    // The evaluation child speaks its own line protocol (evolve/child.h); no CLI parsing.
+    // The evaluation child speaks its own line protocol (evolve/worker/child.h); no CLI parsing.
     if (argc > 1 && std::string(argv[1]) == "eval-child") return kc::evolve::eval_child_main(argc, argv);
     return kc::cli::run(argc, argv);
   } catch (const std::exception& e) {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "evolve/worker.h"
+#include "evolve/worker/worker.h"
 
 namespace kc::cli {
 

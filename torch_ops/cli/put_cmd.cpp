@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "evolve/worker.h"
+#include "evolve/worker/worker.h"
 #include "kernel_cache/key.h"
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
@@ -66,8 +66,13 @@ int run_cache_put(const Args& args) {
     json verdict;
     if (int rc = verify_for_put(args, key, source, spec_json, verdict); rc != kExitOk) return rc;   // nothing stored
     r.meta["provenance"]["verified"] = true;
+    json& call = verdict["calls"].at(0);
+    // The binary the child verified replaces this process's build of the same source.
+    auto bin = evolve::verified_binary(call);
+    if (!bin) return fail("verify: " + bin.status().message());
+    r.blob = std::move(bin.value());
+    call.erase("binary");
     // The evidence an evolved record keeps: every stage's outcome and the timings against eager.
-    const json& call = verdict["calls"].at(0);
     r.meta["verification"] = {{"stages", call.value("stages", json::array())},
                               {"median_ms", call.value("median_ms", 0.0)},
                               {"eager_median_ms", call.value("eager_median_ms", 0.0)}};

@@ -1,0 +1,96 @@
+// Eager references and input generation for the intercepted operators: the families' homes
+// (evolve/ops/) hold what is particular to each; this is what they share.
+#include "evolve/ops/eager.h"
+
+#include "evolve/ops/reference.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace kc::evolve {
+
+at::ScalarType to_scalar_type(DType d) {
+  switch (d) {
+    case DType::kF32: return at::kFloat;
+    case DType::kF64: return at::kDouble;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kI64: return at::kLong;
+    case DType::kI32: return at::kInt;
+    case DType::kI8: return at::kChar;
+    case DType::kU8: return at::kByte;
+    case DType::kBool: return at::kBool;
+    case DType::kOther: break;
+  }
+  return at::kFloat;
+}
+
+at::Tensor empty_like_meta(const TensorMeta& m, at::Device dev) {
+  if (!m.defined) return at::Tensor();
+  auto opts = at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev);
+  const int64_t es = static_cast<int64_t>(dtype_size(m.dtype));
+  const int64_t a = std::clamp(m.align, 1, kMaxAlignClass);
+  // A start of exactly class `a` is a multiple of kAlignSpan plus a; a storage offset can express
+  // that only in whole elements (a class below the element size cannot occur for real tensors).
+  if (a % es != 0) return at::empty_strided(m.sizes, m.strides, opts);
+  const int64_t span = kAlignSpan / es;
+  at::Tensor buf = at::empty({extent_bytes(m) / es + span}, opts);
+  const auto base = reinterpret_cast<uintptr_t>(buf.data_ptr());
+  for (int64_t off = 0; off < span; ++off)
+    if ((base + static_cast<uintptr_t>(off * es)) % kAlignSpan == static_cast<uintptr_t>(a % kAlignSpan))
+      return buf.as_strided(m.sizes, m.strides, off);
+  return at::empty_strided(m.sizes, m.strides, opts);
+}
+
+std::vector<at::Tensor> run_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
+  return family_reference(op_info(c.op).family).eager(c, in);
+}
+
+std::vector<at::Tensor> run_fp64(const OpCall& c, const std::vector<at::Tensor>& in) {
+  std::vector<at::Tensor> d;
+  for (const auto& t : in) d.push_back(t.defined() && t.is_floating_point() ? t.to(at::kDouble) : t);
+  return run_eager(c, d);
+}
+
+const std::vector<std::string>& input_kinds(OpId op) { return *family_reference(op_info(op).family).kinds; }
+
+namespace {
+
+at::Tensor values(const TensorMeta& m, const std::string& kind, at::Generator& g, at::Device dev, OpId op) {
+  auto opts = at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev);
+  at::Tensor base = at::empty(m.sizes, opts.dtype(at::kFloat).device(at::kCPU));
+  base.normal_(0, 1, g);
+  const FamilyReference& fam = family_reference(op_info(op).family);
+  if (kind == "large") {
+    base.mul_(fam.large_scale);
+  } else if (kind == "offset") {
+    base.add_(fam.offset);
+  } else if (kind == "extreme") {
+    // A repeating pattern of denormals, tiny, huge and signed zeros over the normal values.
+    const float pattern[] = {1e-40f, -3e-39f, 1e-30f, 0.0f, -0.0f, 88.0f, -88.0f, 1e4f, -1e4f, 1e-7f};
+    auto flat = base.view(-1);
+    auto* p = flat.data_ptr<float>();
+    for (int64_t i = 0; i < flat.numel(); i += 3) p[i] = pattern[(i / 3) % 10];
+  } else if (kind == "special") {
+    auto flat = base.view(-1);
+    auto* p = flat.data_ptr<float>();
+    const float sp[] = {INFINITY, -INFINITY, NAN};
+    for (int64_t i = 7; i < flat.numel(); i += 97) p[i] = sp[(i / 97) % 3];
+  }
+  at::Tensor out = at::empty_strided(m.sizes, m.strides, opts);
+  out.copy_(base.to(to_scalar_type(m.dtype)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> make_inputs(const OpCall& c, const std::string& kind, uint64_t seed, at::Device dev) {
+  auto g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<at::Tensor> in;
+  for (const auto& m : c.inputs) in.push_back(m.defined ? values(m, kind, g, dev, c.op) : at::Tensor());
+  // Inputs that come from the forward pass in training are derived from it, so they are consistent.
+  if (auto derive = family_reference(op_info(c.op).family).derive) derive(c, in, dev);
+  return in;
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,49 @@
+// CPU op-family templates: C++ sources for the CPU kernel ABI (runtime/cpu_backend.h, kc_cpu.h)
+// plus their launch specs. fp32, contiguous (OpCall::dense()) calls only.
+//
+// Every source depends only on the op, which optional tensors are present and the code-shaping
+// knobs (unroll, simd, acc, stats); shapes and work splits (elements or rows per block, row
+// splitting, how weight/bias gradients are reduced) travel in the launch spec (block[0] hints
+// and i64 arguments), so one compiled source serves every shape and split of a variant.
+//
+// Families and knobs (the first value of each knob is the default):
+//   cpu.unary            relu gelu(none|tanh) silu sigmoid tanh
+//                        elems (elements per block), unroll (1 2 4 8), simd (restrict + ivdep),
+//                        vexp (exp-based ops: 0 libm expf, 1 an inline exp the compiler vectorizes)
+//   cpu.unary_backward   threshold_backward gelu_backward silu_backward sigmoid_backward
+//                        tanh_backward; same knobs
+//   cpu.softmax          _softmax _log_softmax over the last dim: rows (rows per block),
+//                        unroll (independent accumulator lanes), acc (1: double, 0: float with
+//                        Kahan compensation), simd, vexp
+//   cpu.softmax_backward _softmax_backward_data _log_softmax_backward_data; same knobs (vexp for
+//                        the log variant only)
+//   cpu.layer_norm       native_layer_norm: rows, split (0: one block per row range; else a row is
+//                        cut into chunks of this many elements: partial moments into scratch,
+//                        then a second launch combines them (Chan) and normalizes), stats
+//                        (0: two-pass, 1: shifted one-pass in double), acc, unroll, simd
+//   cpu.layer_norm_backward native_layer_norm_backward: rows, split (as above, for grad_input),
+//                        wb_rows (0: weight/bias grads by a column-blocked launch; R: partial
+//                        column sums over R-row slabs in scratch + a finishing launch),
+//                        wb_cols (columns per block of those launches), acc, unroll, simd
+// All reductions run in a fixed order, so results do not depend on how blocks are threaded.
+//
+// This file is the registry; the families live in
+// templates_cpu_{unary,softmax,layer_norm,layer_norm_backward}.cpp and
+// share templates_cpu_common.h.
+#include "evolve/propose/proposer.h"
+
+namespace kc::evolve {
+
+const Template* cpu_unary_template(bool backward);
+const Template* cpu_softmax_template(bool backward);
+const Template* cpu_layer_norm_template();
+const Template* cpu_layer_norm_backward_template();
+
+const std::vector<const Template*>& cpu_templates() {
+  static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
+                                                 cpu_softmax_template(false),   cpu_softmax_template(true),
+                                                 cpu_layer_norm_template(), cpu_layer_norm_backward_template()};
+  return v;
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,308 @@
+// Shared pieces of the CUDA op-family templates (templates_cuda_*.cpp): knob plumbing, row
+// geometry, the dtype prelude and the device-side reduction helpers every row template pastes in.
+// Internal to evolve/: the templates are reached through cuda_templates() (proposer.h).
+#pragma once
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "evolve/propose/proposer.h"
+
+namespace kc::evolve::cuda_tpl {
+
+
+using nlohmann::json;
+
+// H100 / H200 SXM. Grid-stride launches size their grid as a multiple of it; elsewhere it only
+// shapes defaults, never correctness.
+inline constexpr int64_t kSms = 132;
+
+inline Status unsupported(const std::string& m) { return Status::error(Code::kUnsupported, m); }
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t pow2_ceil(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+inline std::string S(int64_t v) { return std::to_string(v); }
+
+// `body` with its entry placeholder KC_ENTRY replaced by the entry's name, so the rendered source
+// names its entry literally.
+inline std::string with_entry(const char* body, const std::string& entry) {
+  std::string s = body;
+  for (size_t p; (p = s.find("KC_ENTRY")) != std::string::npos;) s.replace(p, 8, entry);
+  return s;
+}
+
+inline bool elem_dtype(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+// The element type T with float conversions ld/st. Halves are raw 16-bit words converted with PTX
+// (f16) or bit operations (bf16, round to nearest even, NaN kept quiet), so no CUDA header is
+// needed (NVRTC may have no include directory).
+inline std::string dtype_prelude(DType d) {
+  std::string s = "#define KC_INF __int_as_float(0x7f800000)\n#define KC_NAN __int_as_float(0x7fffffff)\n";
+  if (d == DType::kF32)
+    return s + R"CU(typedef float T;
+__device__ __forceinline__ float ld(T v) { return v; }
+__device__ __forceinline__ T st(float v) { return v; }
+)CU";
+  if (d == DType::kF16)
+    return s + R"CU(typedef unsigned short T;
+__device__ __forceinline__ float ld(T v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
+__device__ __forceinline__ T st(float f) { T h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+)CU";
+  return s + R"CU(typedef unsigned short T;
+__device__ __forceinline__ float ld(T v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ T st(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (T)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (T)(u >> 16);
+}
+)CU";
+}
+
+// Reductions over a group of G threads owning one row: G == 32 is one warp (xor shuffles leave
+// the identical result in every lane), G > 32 is the whole block (warp shuffles, then every
+// thread folds the per-warp values from shared memory in the same order). The trailing barrier
+// lets the next reduction reuse the shared array. Welford merges are not symmetric, so they reduce
+// down to lane 0 and broadcast.
+inline constexpr const char* kGroupHelpers = R"CU(
+struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
+__device__ __forceinline__ float kc_gsum(float v, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if constexpr (G > 32) {
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = sh[0];
+#pragma unroll
+    for (int w = 1; w < G / 32; ++w) v += sh[w];
+    __syncthreads();
+  }
+  return v;
+}
+__device__ __forceinline__ void kc_gsum2(float& a, float& b, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  if constexpr (G > 32) {
+    if ((threadIdx.x & 31) == 0) { sh[threadIdx.x >> 5] = a; sh[32 + (threadIdx.x >> 5)] = b; }
+    __syncthreads();
+    a = sh[0];
+    b = sh[32];
+#pragma unroll
+    for (int w = 1; w < G / 32; ++w) { a += sh[w]; b += sh[32 + w]; }
+    __syncthreads();
+  }
+}
+__device__ __forceinline__ float kc_gmax(float v, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if constexpr (G > 32) {
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = sh[0];
+#pragma unroll
+    for (int w = 1; w < G / 32; ++w) v = fmaxf(v, sh[w]);
+    __syncthreads();
+  }
+  return v;
+}
+// Welford / Chan: count n, mean m, sum of squared deviations q.
+struct KcW { float n, m, q; };
+__device__ __forceinline__ void kc_wadd(KcW& a, float nb, float mb, float qb) {
+  if (nb == 0.f) return;
+  if (a.n == 0.f) { a.n = nb; a.m = mb; a.q = qb; return; }
+  const float nn = a.n + nb;
+  const float d = mb - a.m;
+  const float f = nb / nn;
+  a.m = a.m + d * f;
+  a.q = a.q + qb + d * d * a.n * f;
+  a.n = nn;
+}
+__device__ __forceinline__ void kc_gwelford(KcW& a, float* sh) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float n = __shfl_down_sync(0xffffffffu, a.n, o);
+    const float m = __shfl_down_sync(0xffffffffu, a.m, o);
+    const float q = __shfl_down_sync(0xffffffffu, a.q, o);
+    kc_wadd(a, n, m, q);
+  }
+  if constexpr (G == 32) {
+    a.n = __shfl_sync(0xffffffffu, a.n, 0);
+    a.m = __shfl_sync(0xffffffffu, a.m, 0);
+    a.q = __shfl_sync(0xffffffffu, a.q, 0);
+  } else {
+    if ((threadIdx.x & 31) == 0) {
+      sh[threadIdx.x >> 5] = a.n; sh[32 + (threadIdx.x >> 5)] = a.m; sh[64 + (threadIdx.x >> 5)] = a.q;
+    }
+    __syncthreads();
+    a.n = sh[0]; a.m = sh[32]; a.q = sh[64];
+    for (int w = 1; w < G / 32; ++w) kc_wadd(a, sh[w], sh[32 + w], sh[64 + w]);
+    __syncthreads();
+  }
+}
+)CU";
+
+// ---------------------------------------------------------------------------------------------
+// Knob plumbing.
+
+// `values` with `first` moved to the front (the default), the rest in their order.
+inline std::vector<int64_t> with_default(std::vector<int64_t> values, int64_t first) {
+  auto it = std::find(values.begin(), values.end(), first);
+  if (it != values.end()) values.erase(it);
+  values.insert(values.begin(), first);
+  return values;
+}
+
+// Every dimension's value from `k` (its default when absent); values outside a dimension are
+// kUnsupported. Names `k` has and the space lacks are ignored.
+inline Result<Knobs> pick(const std::vector<KnobDim>& space, const Knobs& k) {
+  Knobs out;
+  for (const auto& d : space) {
+    auto it = k.find(d.name);
+    int64_t v = it == k.end() ? d.values.front() : it->second;
+    if (std::find(d.values.begin(), d.values.end(), v) == d.values.end())
+      return unsupported("knob " + d.name + "=" + S(v) + " is not in this call's space");
+    out[d.name] = v;
+  }
+  return out;
+}
+
+// Floats a thread may cache in registers per array: above 512 threads __launch_bounds__ leaves
+// 64 registers a thread.
+inline int64_t reg_budget(int64_t threads) { return threads >= 1024 ? 16 : 32; }
+
+inline std::vector<int64_t> vec_values(DType d, int64_t row) {
+  std::vector<int64_t> v;
+  for (int64_t x : {1, 2, 4, 8})
+    if ((x <= 4 || d != DType::kF32) && row % x == 0) v.push_back(x);
+  return v;
+}
+
+// Row templates (softmax, layer norm): a group of `threads` threads owns a row; 32 means one warp
+// per row and `rows` warps a block, more means one block per row.
+struct RowGeom {
+  int64_t g = 32, rpb = 1, vec = 1, items = 0;   // items: vectors a thread caches (0: none)
+};
+
+// Default geometry for rows of L elements: the widest vector dividing the row, about 8 vectors
+// per thread, 4 rows a block for warp rows; registers when the row fits.
+inline void row_space(std::vector<KnobDim>& sp, DType d, int64_t L, bool with_regs) {
+  auto vecs = vec_values(d, L);
+  int64_t vec = vecs.back();
+  int64_t g = std::clamp<int64_t>(pow2_ceil(cdiv(L / vec, 8)), 32, 1024);
+  sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, g)});
+  sp.push_back({"rows", with_default({1, 2, 4, 8}, g == 32 ? 4 : 1)});
+  sp.push_back({"vec", with_default(vecs, vec)});
+  if (with_regs) {
+    const int64_t nt = g == 32 ? 128 : g;
+    bool fits = pow2_ceil(cdiv(L / vec, g)) * vec <= reg_budget(nt);
+    sp.push_back({"regs", fits ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0, 1}});
+  }
+}
+
+inline Result<RowGeom> row_geom(Knobs& k, int64_t L) {
+  RowGeom r;
+  r.g = k.at("threads");
+  if (r.g > 32) k["rows"] = 1;
+  r.rpb = k.at("rows");
+  r.vec = k.at("vec");
+  if (L % r.vec != 0) return unsupported("vec " + S(r.vec) + " does not divide the row (" + S(L) + ")");
+  if (k.count("regs") && k.at("regs")) {
+    r.items = pow2_ceil(cdiv(L / r.vec, r.g));
+    if (r.items * r.vec > reg_budget(r.g * r.rpb))
+      return unsupported("a row of " + S(L) + " does not fit " + S(r.g) + " threads' registers");
+  }
+  return r;
+}
+
+inline std::string row_consts(const RowGeom& r) {
+  return "constexpr int G = " + S(r.g) + ", RPB = " + S(r.rpb) + ", NT = G * RPB, VEC = " + S(r.vec) +
+         ", ITEMS = " + S(r.items) + ";\n";
+}
+
+inline std::string row_grid(const RowGeom& r, const std::string& rows) {
+  return r.g == 32 ? "ceil_div(" + rows + ", " + S(r.rpb) + ")" : rows;
+}
+
+inline json launch(const std::string& entry, const std::vector<json>& grid, const std::vector<json>& block,
+            const std::vector<std::string>& args) {
+  json l = json::object();
+  l["entry"] = entry;
+  l["grid"] = json(grid);
+  l["block"] = json(block);
+  l["smem"] = 0;
+  l["args"] = args;
+  return l;
+}
+
+inline Candidate make_candidate(const char* family, Knobs k, std::string src, json launches, json scratch = nullptr) {
+  Candidate c;
+  c.family = family;
+  c.knobs = std::move(k);
+  c.source = std::move(src);
+  c.launch = {{"version", 1}, {"launches", std::move(launches)}};
+  if (!scratch.is_null()) c.launch["scratch"] = std::move(scratch);
+  return c;
+}
+
+inline bool tensor_ok(const TensorMeta* t, DType d) { return t && t->defined && t->dtype == d; }
+
+
+// ---------------------------------------------------------------------------------------------
+// Layer norm geometry and parameter lists, shared by the forward and backward templates.
+
+inline const std::vector<int64_t> kSplits = {33, 66, 132, 264, 528, 1056};
+
+// Number of rows M and row length N of a layer norm call (forward: input + normalized_shape).
+inline bool ln_geometry(const OpCall& c, int64_t& M, int64_t& N) {
+  const TensorMeta* x = c.input("input");
+  if (!tensor_ok(x, DType::kF32)) return false;
+  auto ns = c.list_arg("normalized_shape");
+  const int64_t nd = static_cast<int64_t>(x->sizes.size());
+  if (ns.empty() || static_cast<int64_t>(ns.size()) > nd) return false;
+  N = 1;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    if (x->sizes[nd - ns.size() + i] != ns[i]) return false;
+    N *= ns[i];
+  }
+  if (N <= 0 || x->numel() == 0) return false;
+  M = x->numel() / N;
+  return N <= INT_MAX / 2 && M <= INT_MAX;
+}
+
+inline bool ln_param_ok(const TensorMeta* t, int64_t N) {
+  return !t || !t->defined || (t->dtype == DType::kF32 && t->numel() == N);
+}
+
+// Split knob values worth trying: chunks of at least 1024 elements, at most 2^31 blocks.
+inline std::vector<int64_t> split_values(int64_t M, int64_t N) {
+  std::vector<int64_t> v = {0};
+  for (int64_t s : kSplits)
+    if (N / s >= 1024 && M * s <= INT_MAX) v.push_back(s);
+  // Default: split when rows are too few to fill the GPU, aiming at ~4 blocks per SM.
+  int64_t def = 0;
+  if (M < 2 * kSms)
+    for (int64_t s : v)
+      if (s > 0 && (def == 0 || M * def < 4 * kSms)) def = s;
+  return with_default(v, def);
+}
+
+// Parameter lists for optional tensors: the launch spec may only name defined ones.
+inline std::string opt_params(const std::vector<std::pair<std::string, bool>>& ps, const char* macro, const char* locals) {
+  std::string params = "#define " + std::string(macro), loc = "#define " + std::string(locals);
+  for (const auto& [n, on] : ps) {
+    if (on) params += " , const float* __restrict__ " + n;
+    else loc += " const float* " + n + " = nullptr; (void)" + n + ";";
+  }
+  return params + "\n" + loc + "\n";
+}
+
+}  // namespace kc::evolve::cuda_tpl

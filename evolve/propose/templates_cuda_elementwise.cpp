@@ -1,0 +1,190 @@
+// CUDA elementwise templates: unary operators and their backward (cuda.unary, cuda.unary_backward).
+// Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
+#include "evolve/propose/templates_cuda_common.h"
+
+namespace kc::evolve {
+namespace {
+
+using namespace cuda_tpl;
+using nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise: out = f(a) or f(grad, b). Each thread handles `unroll` vectors of `vec` elements a
+// tile (coalesced: vector u of thread t is t + u * block), full tiles without bounds checks, the
+// elements after the last whole vector by block 0.
+
+struct EwOp {
+  const char* entry;
+  std::string body;        // float kc_op(float a, float b, float p): a = self / grad, b = the 2nd input
+  const char* second;      // name of the second input (nullptr for unary ops)
+  const char* param;       // "f32:threshold" or "f32:0"
+};
+
+const char* kGeluTanhBody =
+    "const float kB = 0.79788456080286535588f, kK = 0.044715f; const float a3 = a * a * a;"
+    " const float inner = kB * (a + kK * a3); return 0.5f * a * (1.f + tanhf(inner));";
+const char* kGeluTanhBackBody =
+    "const float kB = 0.79788456080286535588f, kK = 0.044715f; const float x2 = b * b, x3 = x2 * b;"
+    " const float th = tanhf(kB * (b + kK * x3)); const float left = 0.5f * b, right = 1.f + th;"
+    " const float left_d = 0.5f * right, th_d = 1.f - th * th;"
+    " const float inner_d = kB * (1.f + 3.f * kK * x2); const float right_d = left * th_d * inner_d;"
+    " return a * (left_d + right_d);";
+
+// The op of `c`, or nullopt-like {nullptr} when its scalars are not handled.
+EwOp ew_op(const OpCall& c) {
+  const std::string approx = c.string_arg("approximate", "none");
+  switch (c.op) {
+    case OpId::kRelu: return {"kc_relu", "return (a > 0.f || a != a) ? a : 0.f;", nullptr, "f32:0"};
+    case OpId::kGelu:
+      if (approx == "none")
+        return {"kc_gelu", "return a * 0.5f * (1.f + erff(a * 0.70710678118654752440f));", nullptr, "f32:0"};
+      if (approx == "tanh") return {"kc_gelu_tanh", kGeluTanhBody, nullptr, "f32:0"};
+      return {nullptr, "", nullptr, ""};
+    case OpId::kSilu: return {"kc_silu", "return a / (1.f + expf(-a));", nullptr, "f32:0"};
+    case OpId::kSigmoid: return {"kc_sigmoid", "return 1.f / (1.f + expf(-a));", nullptr, "f32:0"};
+    case OpId::kTanh: return {"kc_tanh", "return tanhf(a);", nullptr, "f32:0"};
+    case OpId::kReluBackward:
+      return {"kc_threshold_backward", "return b <= p ? 0.f : a;", "self", "f32:threshold"};
+    case OpId::kGeluBackward:
+      if (approx == "none")
+        return {"kc_gelu_backward",
+                "const float cdf = 0.5f * (1.f + erff(b * 0.70710678118654752440f));"
+                " const float pdf = 0.39894228040143267794f * expf(b * b * -0.5f); return a * (cdf + b * pdf);",
+                "self", "f32:0"};
+      if (approx == "tanh") return {"kc_gelu_tanh_backward", kGeluTanhBackBody, "self", "f32:0"};
+      return {nullptr, "", nullptr, ""};
+    case OpId::kSiluBackward:
+      return {"kc_silu_backward",
+              "const float s = 1.f / (1.f + expf(-b)); return a * s * (1.f + b * (1.f - s));", "self", "f32:0"};
+    case OpId::kSigmoidBackward:
+      return {"kc_sigmoid_backward", "return a * (1.f - b) * b;", "output", "f32:0"};
+    case OpId::kTanhBackward: return {"kc_tanh_backward", "return a * (1.f - b * b);", "output", "f32:0"};
+    default: return {nullptr, "", nullptr, ""};
+  }
+}
+
+const char* kEwBody = R"CU(
+struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
+__device__ __forceinline__ V kc_apply(const V& a, const V& b, float p) {
+  V r;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) r.v[e] = st(kc_op(ld(a.v[e]), ld(b.v[e]), p));
+  return r;
+}
+#if KC_BINARY
+#define KC_IN1 , const T* __restrict__ in1
+#define KC_LOAD(u, i) do { ra[u] = va[i]; rb[u] = vb[i]; } while (0)
+#define KC_B1(i) ld(in1[i])
+#else
+#define KC_IN1
+#define KC_LOAD(u, i) do { ra[u] = va[i]; rb[u] = ra[u]; } while (0)
+#define KC_B1(i) 0.f
+#endif
+extern "C" __global__ void __launch_bounds__(BLOCK) KC_ENTRY(T* __restrict__ out, const T* __restrict__ in0 KC_IN1,
+                                                             long long n, float p) {
+  p = ld(st(p));   // a threshold compares in the tensor's type, as eager does
+  const long long nv = n / VEC;
+  const long long tile = (long long)BLOCK * UNROLL;
+  const long long tiles = (nv + tile - 1) / tile;
+  const V* va = reinterpret_cast<const V*>(in0);
+#if KC_BINARY
+  const V* vb = reinterpret_cast<const V*>(in1);
+#endif
+  V* vo = reinterpret_cast<V*>(out);
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const long long base = t * tile + threadIdx.x;
+    V ra[UNROLL], rb[UNROLL];
+    if ((t + 1) * tile <= nv) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) KC_LOAD(u, base + u * BLOCK);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) vo[base + u * BLOCK] = kc_apply(ra[u], rb[u], p);
+    } else {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (base + u * BLOCK < nv) KC_LOAD(u, base + u * BLOCK);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+        if (base + u * BLOCK < nv) vo[base + u * BLOCK] = kc_apply(ra[u], rb[u], p);
+    }
+  }
+  if (blockIdx.x == 0)
+    for (long long i = nv * VEC + threadIdx.x; i < n; i += BLOCK) out[i] = st(kc_op(ld(in0[i]), KC_B1(i), p));
+}
+)CU";
+
+class ElementwiseTemplate : public Template {
+ public:
+  explicit ElementwiseTemplate(bool backward) : backward_(backward) {}
+  const char* name() const override { return backward_ ? "cuda.unary_backward" : "cuda.unary"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
+
+  std::vector<KnobDim> space(const OpCall& c) const override {
+    const OpFamily fam = op_info(c.op).family;
+    if (c.backend != BackendKind::kCuda || fam != (backward_ ? OpFamily::kUnaryBackward : OpFamily::kUnary)) return {};
+    EwOp op = ew_op(c);
+    if (!op.entry || c.outputs.size() != 1 || !c.dense()) return {};
+    const TensorMeta* a = c.input(backward_ ? "grad_output" : "self");
+    if (!a || !a->defined || !elem_dtype(a->dtype) || a->numel() == 0) return {};
+    if (op.second) {
+      const TensorMeta* b = c.input(op.second);
+      if (!tensor_ok(b, a->dtype) || b->sizes != a->sizes) return {};
+    }
+    const TensorMeta& o = c.outputs[0];
+    if (!o.defined || o.dtype != a->dtype || o.sizes != a->sizes) return {};
+    if (c.op == OpId::kReluBackward) {
+      const ScalarArg* th = c.scalar("threshold");
+      if (!th) return {};
+      double v = 0;
+      if (auto* d = std::get_if<double>(&th->value)) v = *d;
+      else if (auto* i = std::get_if<int64_t>(&th->value)) v = static_cast<double>(*i);
+      else return {};
+      if (std::isfinite(v) && std::fabs(v) > FLT_MAX) return {};
+    }
+    const int64_t wide = a->dtype == DType::kF32 ? 4 : 8;
+    std::vector<int64_t> vecs = a->dtype == DType::kF32 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1, 2, 4, 8};
+    return {{"block", {256, 128, 512, 1024}},
+            {"vec", with_default(vecs, wide)},
+            {"unroll", with_default({1, 2, 4, 8}, 4)},
+            {"grid_stride", {0, 1, 2, 4, 8}}};
+  }
+
+  Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
+    auto sp = space(c);
+    if (sp.empty()) return unsupported(std::string(name()) + " does not handle this call");
+    auto kr = pick(sp, kin);
+    if (!kr.is_ok()) return kr.status();
+    Knobs k = kr.value();
+    const int64_t block = k["block"], vec = k["vec"], unroll = k["unroll"], gs = k["grid_stride"];
+    EwOp op = ew_op(c);
+    const int nin = op.second ? 2 : 1;
+    if (unroll * vec * nin > std::min<int64_t>(64, 16384 / block))
+      return unsupported("block " + S(block) + " x unroll " + S(unroll) + " x vec " + S(vec) + " is over the register budget");
+    const std::string a = backward_ ? "grad_output" : "self";
+    std::string src = "// kernelcraft " + std::string(name()) + " " + op.entry + " " + dtype_name(c.outputs[0].dtype) + "\n" +
+                      dtype_prelude(c.outputs[0].dtype) + "constexpr int BLOCK = " + S(block) + ", VEC = " + S(vec) +
+                      ", UNROLL = " + S(unroll) + ";\n#define KC_BINARY " + S(nin == 2) +
+                      "\n__device__ __forceinline__ float kc_op(float a, float b, float p) { " + op.body +
+                      " }\n" + with_entry(kEwBody, op.entry);
+    std::string tiles = "ceil_div(numel(" + a + "), " + S(block * unroll * vec) + ")";
+    std::string grid = gs == 0 ? tiles : "min(" + tiles + ", " + S(kSms * gs) + ")";
+    std::vector<std::string> args = {"ptr:out0", "ptr:" + a};
+    if (op.second) args.push_back(std::string("ptr:") + op.second);
+    args.push_back("i64:numel(" + a + ")");
+    args.push_back(op.param);
+    return make_candidate(name(), std::move(k), std::move(src), json::array({launch(op.entry, {grid}, {block}, args)}));
+  }
+
+ private:
+  bool backward_;
+};
+
+
+}  // namespace
+
+const Template* cuda_elementwise_template(bool backward) {
+  static const ElementwiseTemplate fwd(false), bwd(true);
+  return backward ? &bwd : &fwd;
+}
+
+}  // namespace kc::evolve
