@@ -62,14 +62,20 @@ int check_sandbox(int code_otherwise) {
   return 4;
 }
 
-}  // namespace
+// The bundle's call, its launch spec resolved for the call, and the binary (sanitizers.h).
+struct Bundle {
+  std::string dir;
+  kc::evolve::OpCall call;
+  kc::Binding binding;
+  kc::ResolvedSpec spec;
+  std::string binary;
+};
 
-int main(int argc, char** argv) {
-  if (argc != 2) return fail(2, "usage: kernelcraft-sanitize <bundle-dir>");
-  const std::string dir = argv[1];
+// 0, or the exit status for a bundle that cannot be read.
+int load_bundle(const std::string& dir, Bundle& out) {
   bool ok1, ok2, ok3;
-  std::string call_text = kc::read_file(dir + "/call.json", &ok1), launch_text = kc::read_file(dir + "/launch.json", &ok2),
-              binary = kc::read_file(dir + "/kernel.bin", &ok3);
+  std::string call_text = kc::read_file(dir + "/call.json", &ok1), launch_text = kc::read_file(dir + "/launch.json", &ok2);
+  out.binary = kc::read_file(dir + "/kernel.bin", &ok3);
   if (!ok1 || !ok2 || !ok3) return fail(2, "incomplete bundle in " + dir);
   auto cj = nlohmann::json::parse(call_text, nullptr, false);
   auto lj = nlohmann::json::parse(launch_text, nullptr, false);
@@ -78,54 +84,65 @@ int main(int argc, char** argv) {
   if (!call) return fail(2, call.status().to_string());
   auto spec = kc::parse_launch_spec(lj);
   if (!spec) return fail(2, spec.status().to_string());
-  kc::Binding b = call.value().binding();
-  auto rs = kc::resolve(spec.value(), b);
+  out.dir = dir;
+  out.call = std::move(call.value());
+  out.binding = out.call.binding();
+  auto rs = kc::resolve(spec.value(), out.binding);
   if (!rs) return fail(2, rs.status().to_string());
-  const bool cuda = call.value().backend == kc::BackendKind::kCuda;
-  const size_t ninputs = call.value().inputs.size();
+  out.spec = std::move(rs.value());
+  return 0;
+}
 
-  sandbox_self(cuda);
-  if (!cuda) {
-    // An AddressSanitizer build: its instrumentation imports __asan_* and has a module constructor.
-    auto ld = kc::cpu_load(binary, rs.value(), kc::BinaryPolicy::kSanitizerBuild);
-    if (!ld) return check_sandbox(fail(3, ld.status().to_string()));
-    if (int rc = check_sandbox(0); rc != 0) return rc;   // load-time code (constructors) ran
-    std::vector<std::unique_ptr<AlignedBuffer>> bufs;
-    std::vector<void*> ptrs;
-    for (size_t k = 0; k < b.tensors.size(); ++k) {
-      size_t n = static_cast<size_t>(kc::extent_bytes(b.tensors[k]));
-      if (!b.tensors[k].defined || n == 0) {
-        ptrs.push_back(nullptr);
-        continue;
-      }
-      // Exact size (ASan's redzones sit right after it), at exactly the key's alignment.
-      bufs.push_back(std::make_unique<AlignedBuffer>(n, b.tensors[k].align));
-      if (!bufs.back()->data) return fail(2, "out of memory");
-      if (k < ninputs) {
-        bool ok;
-        std::string data = kc::read_file(dir + "/in" + std::to_string(k) + ".bin", &ok);
-        if (!ok || data.size() != n) return fail(2, "input " + std::to_string(k) + " has the wrong size");
-        std::memcpy(bufs.back()->data, data.data(), n);
-      }
-      ptrs.push_back(bufs.back()->data);
+// Input k's bytes from the bundle; false unless it has exactly n of them.
+bool read_input(const Bundle& b, size_t k, size_t n, std::string& data) {
+  bool ok;
+  data = kc::read_file(b.dir + "/in" + std::to_string(k) + ".bin", &ok);
+  return ok && data.size() == n;
+}
+
+// An AddressSanitizer build (its instrumentation imports __asan_* and has a module constructor)
+// over buffers of exactly the key's sizes and alignment, ASan's redzones right after them.
+int run_cpu(const Bundle& b) {
+  auto ld = kc::cpu_load(b.binary, b.spec, kc::BinaryPolicy::kSanitizerBuild);
+  if (!ld) return check_sandbox(fail(3, ld.status().to_string()));
+  if (int rc = check_sandbox(0); rc != 0) return rc;   // load-time code (constructors) ran
+  std::vector<std::unique_ptr<AlignedBuffer>> bufs;
+  std::vector<void*> ptrs;
+  for (size_t k = 0; k < b.binding.tensors.size(); ++k) {
+    const kc::TensorMeta& m = b.binding.tensors[k];
+    size_t n = static_cast<size_t>(kc::extent_bytes(m));
+    if (!m.defined || n == 0) {
+      ptrs.push_back(nullptr);
+      continue;
     }
-    for (int64_t s : rs.value().scratch_bytes) {
-      bufs.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(s > 0 ? s : 1), kc::kMaxAlignClass));
-      if (!bufs.back()->data) return fail(2, "out of memory");
-      ptrs.push_back(bufs.back()->data);
+    bufs.push_back(std::make_unique<AlignedBuffer>(n, m.align));
+    if (!bufs.back()->data) return fail(2, "out of memory");
+    if (k < b.call.inputs.size()) {
+      std::string data;
+      if (!read_input(b, k, n, data)) return fail(2, "input " + std::to_string(k) + " has the wrong size");
+      std::memcpy(bufs.back()->data, data.data(), n);
     }
-    kc::Status st = ld.value()->run(ptrs.data(), kc::ExecContext{});
-    if (!st) return check_sandbox(fail(3, st.to_string()));
-    if (int rc = check_sandbox(0); rc != 0) return rc;
-    std::printf("ok\n");
-    return 0;
+    ptrs.push_back(bufs.back()->data);
   }
+  for (int64_t s : b.spec.scratch_bytes) {
+    bufs.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(s > 0 ? s : 1), kc::kMaxAlignClass));
+    if (!bufs.back()->data) return fail(2, "out of memory");
+    ptrs.push_back(bufs.back()->data);
+  }
+  kc::Status st = ld.value()->run(ptrs.data(), kc::ExecContext{});
+  if (!st) return check_sandbox(fail(3, st.to_string()));
+  if (int rc = check_sandbox(0); rc != 0) return rc;
+  std::printf("ok\n");
+  return 0;
+}
 
+// Under compute-sanitizer: device buffers that end where the key's extent ends (memcheck's bound).
+int run_cuda(const Bundle& b) {
   int device = 0;
   if (const char* d = std::getenv("KERNELCRAFT_DEVICE")) device = std::atoi(d);
   auto be = kc::cuda_backend(device);
   if (!be) return fail(2, be.status().to_string());
-  auto ld = be.value()->load(binary, rs.value());
+  auto ld = be.value()->load(b.binary, b.spec);
   if (!ld) return fail(3, ld.status().to_string());
   const kc::DriverApi& d = *kc::cuda_driver().value();
   CUdevice dev;
@@ -136,7 +153,7 @@ int main(int argc, char** argv) {
   std::vector<void*> ptrs;
   std::vector<CUdeviceptr> allocs;
   // cuMemAlloc's start is 256-aligned; the buffer starts `align` bytes in, so its address has
-  // exactly the key's alignment class and its end is the allocation's end (memcheck's bound).
+  // exactly the key's alignment class and its end is the allocation's end.
   auto alloc = [&](size_t n, int align) -> void* {
     CUdeviceptr p = 0;
     if (n == 0) return nullptr;
@@ -145,19 +162,18 @@ int main(int argc, char** argv) {
     allocs.push_back(p);
     return reinterpret_cast<void*>(p + off);
   };
-  for (size_t k = 0; k < b.tensors.size(); ++k) {
-    size_t n = static_cast<size_t>(kc::extent_bytes(b.tensors[k]));
-    void* p = alloc(n, b.tensors[k].align);
+  for (size_t k = 0; k < b.binding.tensors.size(); ++k) {
+    size_t n = static_cast<size_t>(kc::extent_bytes(b.binding.tensors[k]));
+    void* p = alloc(n, b.binding.tensors[k].align);
     if (n && !p) return fail(2, "cuMemAlloc failed");
-    if (k < ninputs && n) {
-      bool ok;
-      std::string data = kc::read_file(dir + "/in" + std::to_string(k) + ".bin", &ok);
-      if (!ok || data.size() != n) return fail(2, "input " + std::to_string(k) + " has the wrong size");
+    if (k < b.call.inputs.size() && n) {
+      std::string data;
+      if (!read_input(b, k, n, data)) return fail(2, "input " + std::to_string(k) + " has the wrong size");
       if (d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(p), data.data(), n) != CUDA_SUCCESS) return fail(2, "copy failed");
     }
     ptrs.push_back(p);
   }
-  for (int64_t s : rs.value().scratch_bytes) ptrs.push_back(alloc(static_cast<size_t>(s), kc::kMaxAlignClass));
+  for (int64_t s : b.spec.scratch_bytes) ptrs.push_back(alloc(static_cast<size_t>(s), kc::kMaxAlignClass));
   kc::Status st = ld.value()->run(ptrs.data(), kc::ExecContext{});
   if (!st) return fail(3, st.to_string());
   CUresult r = d.cuCtxSynchronize();
@@ -165,4 +181,15 @@ int main(int argc, char** argv) {
   for (CUdeviceptr p : allocs) d.cuMemFree(p);
   std::printf("ok\n");
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return fail(2, "usage: kernelcraft-sanitize <bundle-dir>");
+  Bundle b;
+  if (int rc = load_bundle(argv[1], b); rc != 0) return rc;
+  const bool cuda = b.call.backend == kc::BackendKind::kCuda;
+  sandbox_self(cuda);
+  return cuda ? run_cuda(b) : run_cpu(b);
 }

@@ -61,8 +61,9 @@ size_t match_paren(const std::string& s, size_t open) {
   return std::string::npos;
 }
 
-Views make_views(const std::string& src) {
-  Views v;
+// The source as lines (original), and as one text with backslash-newlines spliced (phase 2 of
+// translation) with the original line of each character.
+void split_and_splice(const std::string& src, Views& v) {
   int ln = 1;
   size_t start = 0;
   for (size_t i = 0; i <= src.size(); ++i)
@@ -83,6 +84,10 @@ Views make_views(const std::string& src) {
     if (src[i] == '\n') ++ln;
   }
   v.line.push_back(ln);
+}
+
+// nocomment: comments blanked; code: string and character literals blanked as well.
+void blank_comments_and_literals(Views& v) {
   const std::string& t = v.text;
   const size_t n = t.size();
   v.nocomment = t;
@@ -121,6 +126,12 @@ Views make_views(const std::string& src) {
       ++i;
     }
   }
+}
+
+// quoted keeps preprocessor lines (includes apart, in `includes`); decl drops them.
+void preprocessor_views(Views& v) {
+  const std::string& t = v.text;
+  const size_t n = t.size();
   v.quoted.assign(n, ' ');
   v.decl = v.code;
   for (size_t i = 0; i < n; ++i)
@@ -139,6 +150,11 @@ Views make_views(const std::string& src) {
     }
     ls = le + 1;
   }
+}
+
+// What asm, attributes and _Pragma carry in their parentheses reads as quoted text too.
+void carrier_views(Views& v) {
+  const size_t n = v.text.size();
   static const std::regex kCarrier(R"(\b(asm|__asm__|__asm|__attribute__|_Pragma)\b(\s|volatile|__volatile__|goto|inline)*\()");
   for (auto it = std::sregex_iterator(v.code.begin(), v.code.end(), kCarrier); it != std::sregex_iterator(); ++it) {
     size_t open = it->position() + it->length() - 1;
@@ -146,6 +162,14 @@ Views make_views(const std::string& src) {
     if (close == std::string::npos) close = n - 1;
     std::copy(v.nocomment.begin() + open, v.nocomment.begin() + close + 1, v.quoted.begin() + open);
   }
+}
+
+Views make_views(const std::string& src) {
+  Views v;
+  split_and_splice(src, v);
+  blank_comments_and_literals(v);
+  preprocessor_views(v);
+  carrier_views(v);
   return v;
 }
 
