@@ -21,11 +21,10 @@ Result<CompileOutput> compile_for_target(const std::string& target, const std::s
 Result<Record> make_manual_record(const std::string& key, const std::string& source,
                                   const nlohmann::json& launch, const std::string& by);
 
-// A "served" record of a binary built elsewhere (the evaluation child's, which it verified): no
-// compile here. kInvalid when `binary_hash_hex` is not the binary's BLAKE2b-256 (bundle_trust.h),
-// so that only the bytes the gauntlet ran are ever stored.
+// A "served" record of a binary built elsewhere (the evaluation child's, which it verified and
+// whose hash the caller checked: evolve/worker/worker.h verified_binary): no compile here.
 Result<Record> record_of_binary(const std::string& key, const std::string& source, const nlohmann::json& launch,
-                                std::string binary, const std::string& binary_hash_hex);
+                                std::string binary);
 
 // Opens `dir` as the writer (waiting for the lock), stores `r` under r.key, closes it again.
 Status put_record(const std::string& dir, const Record& r, int lock_wait_ms = 5000);

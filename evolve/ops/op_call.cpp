@@ -10,8 +10,6 @@
 namespace kc::evolve {
 namespace {
 
-TensorMeta absent(const std::string& name) { return absent_meta(name); }
-
 bool parse_ints(std::string_view s, std::vector<int64_t>& out) {   // "[1,2,3]"
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') return false;
   s = s.substr(1, s.size() - 2);
@@ -150,7 +148,7 @@ Result<OpCall> call_from_key(const std::string& key) {
     std::string_view v(f);
     v = v.substr(eq + 1);
     if (v == "none") {
-      c.inputs.push_back(absent(name));
+      c.inputs.push_back(absent_meta(name));
     } else if (v.rfind("T:", 0) == 0) {
       auto t = parse_tensor(name, v.substr(2));
       if (!t) return t.status();
@@ -229,7 +227,7 @@ nlohmann::json meta_json(const TensorMeta& t) {
 Result<TensorMeta> meta_from(const nlohmann::json& j) {
   TensorMeta t;
   t.name = j.at("name").get<std::string>();
-  if (!j.value("defined", true)) return absent(t.name);
+  if (!j.value("defined", true)) return absent_meta(t.name);
   auto dt = dtype_from_name(j.at("dtype").get<std::string>());
   if (!dt) return Status::error(Code::kInvalid, "dtype of " + t.name);
   t.dtype = *dt;

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "evolve/ops/eager.h"
 #include "evolve/ops/op_call.h"
 
 namespace kc::evolve {
@@ -56,7 +57,5 @@ inline at::Tensor f64(const at::Tensor& t) { return t.to(at::kDouble, /*non_bloc
 inline std::optional<at::Tensor> opt(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
-// A tensor with m's exact metadata and alignment class on dev (eager.h).
-at::Tensor empty_like_meta(const TensorMeta& m, at::Device dev);
 
 }  // namespace kc::evolve

@@ -15,10 +15,6 @@ namespace {
 constexpr int64_t kChunk = kNumericsChunk;
 at::Tensor flat(const at::Tensor& t) { return t.reshape(-1); }
 
-}  // namespace
-
-namespace {
-
 // The unit of roundoff a correct implementation works in for output j: the output dtype's
 // epsilon, or bf16's / tf32's under those opt-in precision policies (fp32 outputs).
 double output_eps(const OpCall& call, size_t j) {

@@ -42,7 +42,7 @@ class SanitizerStage final : public GauntletStage {
       if (m.sets[i].name == r.set_name)
         if (auto got = m.acquire(i, &tmp)) set = got.value();
     if (!set) return r.reject(r.stage(id()), "no input set '" + r.set_name + "'");
-    if (m.opt.progress) m.opt.progress({{"stage", stage_name(id())}, {"set", set->name}, {"call", 1}});
+    r.at(id(), set->name, 1);
     // The runner sandboxes itself; a sandboxed child has its broker start it.
     const SanitizerRun run = sanitizer_run(r, *set);
     r.v.stages.push_back(m.opt.broker ? m.opt.broker->sanitize(run) : run_sanitizers(run, m.opt));

@@ -13,7 +13,6 @@
 #include "evolve/verify/sandbox.h"
 #include "evolve/worker/worker.h"
 #include "evolve/worker/worker_steps.h"
-#include "kernel_cache/bundle_trust.h"
 #include "kernel_cache/manual.h"
 #include "kernel_cache/record.h"
 #include "runtime/log.h"
@@ -257,8 +256,7 @@ Result<Record> KeySearch::promoted_record(const Evaluation& e, const Candidate& 
   auto bin = verified_binary(v);
   if (!bin) return bin.status();
   v.erase("binary");
-  std::string hash = binary_hash(bin.value());
-  auto rec = record_of_binary(key_, cand.source, cand.launch, std::move(bin.value()), hash);
+  auto rec = record_of_binary(key_, cand.source, cand.launch, std::move(bin.value()));
   if (!rec) return rec.status();
   Record r = std::move(rec.value());
   const double med = v.value("median_ms", 0.0), mad = v.value("mad_ms", 0.0);
