@@ -21,16 +21,22 @@ namespace kc::dispatch {
 DType to_dtype(at::ScalarType t);
 TensorMeta to_meta(const char* name, const at::Tensor& t);
 
-// Results of aten ops as a flat list of tensors and back.
+// Results of aten ops (a tensor or a tuple of tensors) as a flat list of tensors and back.
 inline std::vector<at::Tensor> as_list(const at::Tensor& t) { return {t}; }
-inline std::vector<at::Tensor> as_list(const std::tuple<at::Tensor, at::Tensor, at::Tensor>& t) {
-  return {std::get<0>(t), std::get<1>(t), std::get<2>(t)};
+template <class... T> std::vector<at::Tensor> as_list(const std::tuple<T...>& t) {
+  return std::apply([](const auto&... x) { return std::vector<at::Tensor>{x...}; }, t);
 }
-template <class R> R from_list(std::vector<at::Tensor>& v);
-template <> inline at::Tensor from_list<at::Tensor>(std::vector<at::Tensor>& v) { return std::move(v[0]); }
-template <> inline std::tuple<at::Tensor, at::Tensor, at::Tensor> from_list(std::vector<at::Tensor>& v) {
-  return {std::move(v[0]), std::move(v[1]), std::move(v[2])};
-}
+template <class R> struct FromList;
+template <> struct FromList<at::Tensor> {
+  static at::Tensor make(std::vector<at::Tensor>& v) { return std::move(v[0]); }
+};
+template <class... T> struct FromList<std::tuple<T...>> {
+  template <size_t... I> static std::tuple<T...> make(std::vector<at::Tensor>& v, std::index_sequence<I...>) {
+    return {std::move(v[I])...};
+  }
+  static std::tuple<T...> make(std::vector<at::Tensor>& v) { return make(v, std::index_sequence_for<T...>{}); }
+};
+template <class R> R from_list(std::vector<at::Tensor>& v) { return FromList<R>::make(v); }
 
 // Device-specific pieces, installed by register_cuda.cpp when built with CUDA.
 struct DeviceHooks {

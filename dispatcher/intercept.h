@@ -26,6 +26,11 @@ namespace detail {
 template <class T> constexpr bool kTensorArg =
     std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::optional<at::Tensor>>;
 
+template <class T> constexpr bool kOptionalScalar =
+    std::is_same_v<T, std::optional<at::ScalarType>> || std::is_same_v<T, std::optional<double>> ||
+    std::is_same_v<T, std::optional<int64_t>> || std::is_same_v<T, std::optional<at::Scalar>> ||
+    std::is_same_v<T, std::optional<c10::string_view>>;
+
 template <class T> void bind_tensor(Call& c, const char* name, const T& v) {
   if constexpr (kTensorArg<T>) c.t(name, v);
 }
@@ -48,6 +53,13 @@ template <class T> void bind_scalar(Call& c, const char* name, const T& v) {
   } else if constexpr (std::is_same_v<T, at::Scalar>) {
     if (v.isFloatingPoint()) c.d(name, v.toDouble());
     else c.i(name, v.toLong());
+  } else if constexpr (std::is_same_v<T, at::OptionalIntArrayRef>) {
+    if (v.has_value()) c.list(name, *v);
+    else c.s(name, "none");
+  } else if constexpr (kOptionalScalar<T>) {
+    // An absent optional scalar is the string "none" (key.h); present, it is bound as its type.
+    if (v.has_value()) bind_scalar(c, name, *v);
+    else c.s(name, "none");
   } else if constexpr (std::is_same_v<T, std::array<bool, std::tuple_size_v<T>>>) {
     std::array<int64_t, std::tuple_size_v<T>> ints{};
     for (size_t k = 0; k < ints.size(); ++k) ints[k] = v[k];

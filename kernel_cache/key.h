@@ -9,6 +9,7 @@
 //     <name>=T:<dtype>[<sizes>]s[<strides>]a<align>   e.g. self=T:f32[64,256]s[256,1]a16
 //     <name>=none                                      an absent optional tensor
 //     <name>=i:<int> | d:<double %.17g> | b:0/1 | s:<string> | L:[<ints>]
+//     <name>=s:none                                    an absent optional scalar or int list
 #pragma once
 #include <string>
 

@@ -111,10 +111,11 @@ bool OpCall::dense() const {
 }
 
 Result<std::vector<TensorMeta>> infer_outputs(OpId op, const std::vector<TensorMeta>& in,
-                                              const std::vector<ScalarArg>& scalars) {
+                                              const std::vector<ScalarArg>& scalars, BackendKind backend) {
   if (in.empty() || !in[0].defined) return Status::error(Code::kInvalid, "call without a lead tensor");
   OpCall c;
   c.op = op;
+  c.backend = backend;
   c.inputs = in;
   c.scalars = scalars;
   return family_schema(op_info(op).family).outputs(c);
@@ -180,7 +181,7 @@ Result<OpCall> call_from_key(const std::string& key) {
       return bad_key("argument " + f);
     }
   }
-  auto outs = infer_outputs(c.op, c.inputs, c.scalars);
+  auto outs = infer_outputs(c.op, c.inputs, c.scalars, c.backend);
   if (!outs) return outs.status();
   c.outputs = std::move(outs.value());
   return c;
@@ -196,7 +197,7 @@ Result<OpCall> make_call(OpId op, const std::vector<int64_t>& sizes, DType dt, B
   } catch (const nlohmann::json::exception& e) {
     return Status::error(Code::kInvalid, std::string("call arguments: ") + e.what());
   }
-  auto outs = infer_outputs(op, c.inputs, c.scalars);
+  auto outs = infer_outputs(op, c.inputs, c.scalars, backend);
   if (!outs) return outs.status();
   c.outputs = std::move(outs.value());
   return c;

@@ -46,8 +46,11 @@ Result<OpCall> make_call(OpId op, const std::vector<int64_t>& sizes, DType dtype
                          BackendKind backend, const nlohmann::json& args = nlohmann::json::object());
 
 // The outputs eager produces for contiguous inputs (undefined entries for masked-out grads).
+// `backend` is the call's backend kind: a few ops' outputs differ by backend (batch norm's eval
+// statistics).
 Result<std::vector<TensorMeta>> infer_outputs(OpId op, const std::vector<TensorMeta>& inputs,
-                                              const std::vector<ScalarArg>& scalars);
+                                              const std::vector<ScalarArg>& scalars,
+                                              BackendKind backend = BackendKind::kCuda);
 
 // Re-derives the key of a call for `target` (inputs and scalars in schema order).
 std::string call_key(const OpCall& c);

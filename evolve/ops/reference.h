@@ -48,9 +48,16 @@ struct FamilyReference {
   // output, this chunk's column sums [1, k] (the caller sums the chunks).
   at::Tensor (*scale)(const OpCall& c, const Chunk& chunk, size_t j, const RowLayout& l);
   bool any_axis;   // reduces over any axis (dim): a model over a leading axis is moved back
+  // Output j's condition magnitude for the whole call at once, output-shaped, from the inputs
+  // (e.g. pooling: the magnitudes summed into each window); nullptr: layout/scale (or none).
+  at::Tensor (*whole)(const OpCall& c, const std::vector<at::Tensor>& in, size_t j);
 };
 
 const FamilyReference& family_reference(OpFamily f);
+
+// The layout of a family that reduces or scans the lead input along the call's "dim" (softmax,
+// scans): every output in rows of that axis.
+RowLayout dim_layout(const OpCall& c, const std::vector<at::Tensor>& in, size_t j);
 
 // Shared by the families' references: an fp64 copy (never a view: the model works in place).
 inline at::Tensor f64(const at::Tensor& t) { return t.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true); }

@@ -32,17 +32,6 @@ void softmax_backward_derive(const OpCall& c, std::vector<at::Tensor>& in, at::D
   in[1] = out;
 }
 
-RowLayout softmax_layout(const OpCall& c, const std::vector<at::Tensor>& in, size_t) {
-  RowLayout l;
-  l.model = true;
-  const int64_t nd = in[0].dim();
-  l.dim = c.int_arg("dim", -1);
-  if (l.dim < 0) l.dim += nd;
-  l.dim = nd == 0 ? 0 : std::clamp<int64_t>(l.dim, 0, nd - 1);
-  l.k = nd == 0 ? 1 : std::max<int64_t>(1, in[0].size(l.dim));
-  return l;
-}
-
 RowView every_input_in_rows(size_t) { return RowView::kRows; }
 
 // Rows [r, k], z = x - max(x): exp(z) rounds z (|z| ulp relative), the sum is of positive terms.
@@ -79,9 +68,9 @@ at::Tensor softmax_scale(const OpCall& call, const Chunk& c, size_t, const RowLa
 
 // Softmax's large inputs are N(0,1) * 1e4: rows whose exponentials span far past fp32's range.
 extern const FamilyReference kSoftmaxReference{&softmax_eager, &kReductionKinds, 1e4, 3.0, nullptr,
-                                               &softmax_layout, &every_input_in_rows, &softmax_scale, true};
+                                               &dim_layout, &every_input_in_rows, &softmax_scale, true, nullptr};
 extern const FamilyReference kSoftmaxBackwardReference{&softmax_backward_eager, &kReductionKinds, 1e3, 3.0,
-                                                       &softmax_backward_derive, &softmax_layout,
-                                                       &every_input_in_rows, &softmax_scale, true};
+                                                       &softmax_backward_derive, &dim_layout,
+                                                       &every_input_in_rows, &softmax_scale, true, nullptr};
 
 }  // namespace kc::evolve

@@ -25,6 +25,11 @@
 //                        wb_rows (0: weight/bias grads by a column-blocked launch; R: partial
 //                        column sums over R-row slabs in scratch + a finishing launch),
 //                        wb_cols (columns per block of those launches), acc, unroll, simd
+//   cpu.group_norm       native_group_norm over (n, group) rows: rows, split (as layer norm),
+//                        unroll, simd; moments two-pass in double (templates_cpu_group_norm.cpp)
+//   cpu.batch_norm       native_batch_norm, per-channel over (N, HxW): training without running
+//                        stats (chunk: channel slices of partial moments) or eval; unroll, simd
+//                        (templates_cpu_batch_norm.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -38,11 +43,16 @@ const Template* cpu_unary_template(bool backward);
 const Template* cpu_softmax_template(bool backward);
 const Template* cpu_layer_norm_template();
 const Template* cpu_layer_norm_backward_template();
+const Template* cpu_group_norm_template();
+const Template* cpu_batch_norm_template();
+const Template* cpu_scan_template();
+const Template* cpu_pool_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
                                                  cpu_softmax_template(false),   cpu_softmax_template(true),
-                                                 cpu_layer_norm_template(), cpu_layer_norm_backward_template()};
+                                                 cpu_layer_norm_template(), cpu_layer_norm_backward_template(), cpu_scan_template(),
+                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template()};
   return v;
 }
 

@@ -153,6 +153,25 @@ inline std::string kernel(const std::string& entry, const Args& a, const std::st
   return "extern \"C\" void " + entry + "(const kc_cpu_ctx* ctx, void* const* args) {\n" + a.decl + body + "}\n";
 }
 
+// The first kernel of a split-row normalization (layer and group norm): block b writes the
+// moments (kc_moments: mean and sum of squared deviations) of its chunk of row b / chunks into
+// part[2 b], part[2 b + 1]. p receives its arguments (for its launch).
+inline std::string moments_part_kernel(const std::string& entry, const std::string& n_expr, const std::string& chunk,
+                                       bool simd, Args& p) {
+  p.restrict_ptrs = simd;
+  p.ptr("double*", "part", "kc_part");
+  p.ptr("const float*", "in", "input");
+  p.i64("n", n_expr);
+  p.i64("chunk", chunk);
+  return kernel(entry, p, R"K(  const int64_t nc = (n + chunk - 1) / chunk;
+  for (int64_t b = ctx->begin; b < ctx->end; ++b) {
+    const int64_t r = b / nc, j0 = (b % nc) * chunk;
+    const int64_t j1 = j0 + chunk < n ? j0 + chunk : n;
+    kc_moments(in + r * n + j0, j1 - j0, &part[2 * b], &part[2 * b + 1]);
+  }
+)K");
+}
+
 inline std::string ivdep(bool simd) { return simd ? "#pragma GCC ivdep\n" : ""; }
 
 // kc_exp(x): libm expf (vexp=0), or an inline exp the compiler can vectorize (vexp=1): Cody-Waite

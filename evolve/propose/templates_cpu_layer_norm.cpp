@@ -133,18 +133,7 @@ class LayerNormTemplate : public Template {
     // Split rows: partial moments per chunk, then every chunk combines its row's partials in the
     // same order (so all chunks agree) and normalizes itself.
     Args p;
-    p.restrict_ptrs = simd;
-    p.ptr("double*", "part", "kc_part");
-    p.ptr("const float*", "in", "input");
-    p.i64("n", n_expr);
-    p.i64("chunk", chunk);
-    src += kernel("kc_cpu_layer_norm_part", p, R"K(  const int64_t nc = (n + chunk - 1) / chunk;
-  for (int64_t b = ctx->begin; b < ctx->end; ++b) {
-    const int64_t r = b / nc, j0 = (b % nc) * chunk;
-    const int64_t j1 = j0 + chunk < n ? j0 + chunk : n;
-    kc_moments(in + r * n + j0, j1 - j0, &part[2 * b], &part[2 * b + 1]);
-  }
-)K");
+    src += moments_part_kernel("kc_cpu_layer_norm_part", n_expr, chunk, simd, p);
     Args q;
     q.restrict_ptrs = simd;
     common(q);

@@ -255,6 +255,25 @@ inline Candidate make_candidate(const char* family, Knobs k, std::string src, js
 
 inline bool tensor_ok(const TensorMeta* t, DType d) { return t && t->defined && t->dtype == d; }
 
+// The device type of an element of d (f32, or a raw 16-bit word for halves; dtype_prelude).
+inline const char* ctype(DType d) { return d == DType::kF32 ? "float" : "unsigned short"; }
+
+// Per-channel affine parameters (group and batch norm): their element type PT (the input's or
+// fp32) with ldp(), HAS_W / HAS_B, and KC_WB_PARAMS / KC_WB_LOCALS, the kernel parameters of the
+// present ones and nullptr locals for the absent (a launch spec may only name present tensors).
+inline std::string affine_prelude(DType p, bool has_w, bool has_b) {
+  std::string s = std::string("typedef ") + ctype(p) + " PT;\n";
+  s += p == DType::kF32 ? "__device__ __forceinline__ float ldp(PT v) { return v; }\n"
+                        : "__device__ __forceinline__ float ldp(PT v) { return ld(v); }\n";
+  s += std::string("constexpr bool HAS_W = ") + (has_w ? "true" : "false") + ", HAS_B = " + (has_b ? "true" : "false") + ";\n";
+  std::string params = "#define KC_WB_PARAMS", locals = "#define KC_WB_LOCALS";
+  for (const auto& [n, on] : {std::pair<const char*, bool>{"w", has_w}, {"b", has_b}}) {
+    if (on) params += std::string(" , const PT* __restrict__ ") + n;
+    else locals += std::string(" const PT* ") + n + " = nullptr; (void)" + n + ";";
+  }
+  return s + params + "\n" + locals + "\n";
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // Layer norm geometry and parameter lists, shared by the forward and backward templates.

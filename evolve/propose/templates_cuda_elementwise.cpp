@@ -15,9 +15,11 @@ using nlohmann::json;
 
 struct EwOp {
   const char* entry;
-  std::string body;        // float kc_op(float a, float b, float p): a = self / grad, b = the 2nd input
-  const char* second;      // name of the second input (nullptr for unary ops)
-  const char* param;       // "f32:threshold" or "f32:0"
+  // float kc_op(float a, float b, float p, float q, float r): a = self / grad, b = the 2nd input,
+  // p, q, r = the op's scalars (in float, as eager's opmath).
+  std::string body;
+  const char* second;                 // name of the second input (nullptr for unary ops)
+  std::vector<const char*> params;    // up to 3 scalar names (launch args "f32:<name>")
 };
 
 const char* kGeluTanhBody =
@@ -30,46 +32,102 @@ const char* kGeluTanhBackBody =
     " const float inner_d = kB * (1.f + 3.f * kK * x2); const float right_d = left * th_d * inner_d;"
     " return a * (left_d + right_d);";
 
-// The op of `c`, or nullopt-like {nullptr} when its scalars are not handled.
-EwOp ew_op(const OpCall& c) {
+// The forward ops. Comparisons and NaN handling follow eager's CUDA kernels (fminf/fmaxf where
+// eager's std::min/std::max are, an explicit NaN pass-through where eager's clamp has one).
+EwOp ew_forward(const OpCall& c) {
   const std::string approx = c.string_arg("approximate", "none");
   switch (c.op) {
-    case OpId::kRelu: return {"kc_relu", "return (a > 0.f || a != a) ? a : 0.f;", nullptr, "f32:0"};
+    case OpId::kRelu: return {"kc_relu", "return (a > 0.f || a != a) ? a : 0.f;", nullptr, {}};
     case OpId::kGelu:
       if (approx == "none")
-        return {"kc_gelu", "return a * 0.5f * (1.f + erff(a * 0.70710678118654752440f));", nullptr, "f32:0"};
-      if (approx == "tanh") return {"kc_gelu_tanh", kGeluTanhBody, nullptr, "f32:0"};
-      return {nullptr, "", nullptr, ""};
-    case OpId::kSilu: return {"kc_silu", "return a / (1.f + expf(-a));", nullptr, "f32:0"};
-    case OpId::kSigmoid: return {"kc_sigmoid", "return 1.f / (1.f + expf(-a));", nullptr, "f32:0"};
-    case OpId::kTanh: return {"kc_tanh", "return tanhf(a);", nullptr, "f32:0"};
-    case OpId::kReluBackward:
-      return {"kc_threshold_backward", "return b <= p ? 0.f : a;", "self", "f32:threshold"};
+        return {"kc_gelu", "return a * 0.5f * (1.f + erff(a * 0.70710678118654752440f));", nullptr, {}};
+      if (approx == "tanh") return {"kc_gelu_tanh", kGeluTanhBody, nullptr, {}};
+      return {nullptr, "", nullptr, {}};
+    case OpId::kSilu: return {"kc_silu", "return a / (1.f + expf(-a));", nullptr, {}};
+    case OpId::kSigmoid: return {"kc_sigmoid", "return 1.f / (1.f + expf(-a));", nullptr, {}};
+    case OpId::kTanh: return {"kc_tanh", "return tanhf(a);", nullptr, {}};
+    case OpId::kLeakyRelu: return {"kc_leaky_relu", "return a > 0.f ? a : a * p;", nullptr, {"negative_slope"}};
+    case OpId::kElu:
+      return {"kc_elu", "return a > 0.f ? a * q : expm1f(a * r) * (p * q);", nullptr, {"alpha", "scale", "input_scale"}};
+    case OpId::kHardtanh: return {"kc_hardtanh", "return a != a ? a : fminf(fmaxf(a, p), q);", nullptr, {"min_val", "max_val"}};
+    case OpId::kHardsigmoid: return {"kc_hardsigmoid", "return fminf(fmaxf(a + 3.f, 0.f), 6.f) * (1.f / 6.f);", nullptr, {}};
+    case OpId::kHardswish: return {"kc_hardswish", "return a * fminf(fmaxf(a + 3.f, 0.f), 6.f) * (1.f / 6.f);", nullptr, {}};
+    case OpId::kSoftplus:
+      return {"kc_softplus", "return (a * p) > q ? a : log1pf(expf(a * p)) / p;", nullptr, {"beta", "threshold"}};
+    case OpId::kMish: return {"kc_mish", "return a * tanhf(log1pf(expf(a)));", nullptr, {}};
+    default: return {nullptr, "", nullptr, {}};
+  }
+}
+
+// The backward ops: a = grad_output, b = the saved tensor.
+EwOp ew_backward(const OpCall& c) {
+  const std::string approx = c.string_arg("approximate", "none");
+  switch (c.op) {
+    case OpId::kReluBackward:   // the threshold compares in the tensor's type, as eager does
+      return {"kc_threshold_backward", "return b <= ld(st(p)) ? 0.f : a;", "self", {"threshold"}};
     case OpId::kGeluBackward:
       if (approx == "none")
         return {"kc_gelu_backward",
                 "const float cdf = 0.5f * (1.f + erff(b * 0.70710678118654752440f));"
                 " const float pdf = 0.39894228040143267794f * expf(b * b * -0.5f); return a * (cdf + b * pdf);",
-                "self", "f32:0"};
-      if (approx == "tanh") return {"kc_gelu_tanh_backward", kGeluTanhBackBody, "self", "f32:0"};
-      return {nullptr, "", nullptr, ""};
+                "self", {}};
+      if (approx == "tanh") return {"kc_gelu_tanh_backward", kGeluTanhBackBody, "self", {}};
+      return {nullptr, "", nullptr, {}};
     case OpId::kSiluBackward:
-      return {"kc_silu_backward",
-              "const float s = 1.f / (1.f + expf(-b)); return a * s * (1.f + b * (1.f - s));", "self", "f32:0"};
-    case OpId::kSigmoidBackward:
-      return {"kc_sigmoid_backward", "return a * (1.f - b) * b;", "output", "f32:0"};
-    case OpId::kTanhBackward: return {"kc_tanh_backward", "return a * (1.f - b * b);", "output", "f32:0"};
-    default: return {nullptr, "", nullptr, ""};
+      return {"kc_silu_backward", "const float s = 1.f / (1.f + expf(-b)); return a * s * (1.f + b * (1.f - s));",
+              "self", {}};
+    case OpId::kSigmoidBackward: return {"kc_sigmoid_backward", "return a * (1.f - b) * b;", "output", {}};
+    case OpId::kTanhBackward: return {"kc_tanh_backward", "return a * (1.f - b * b);", "output", {}};
+    case OpId::kLeakyReluBackward:
+      return {"kc_leaky_relu_backward", "return b > 0.f ? a : a * p;", "self", {"negative_slope"}};
+    case OpId::kEluBackward:
+      if (c.int_arg("is_result", 0))
+        return {"kc_elu_backward_result", "return b <= 0.f ? a * r * (b + p * q) : a * q;", "self_or_result",
+                {"alpha", "scale", "input_scale"}};
+      return {"kc_elu_backward", "return b <= 0.f ? a * r * (p * q) * expf(b * r) : a * q;", "self_or_result",
+              {"alpha", "scale", "input_scale"}};
+    case OpId::kHardtanhBackward:
+      return {"kc_hardtanh_backward", "return (b <= p) || (b >= q) ? 0.f : a;", "self", {"min_val", "max_val"}};
+    case OpId::kHardsigmoidBackward:
+      return {"kc_hardsigmoid_backward", "return (b > -3.f && b < 3.f) ? a * (1.f / 6.f) : 0.f;", "self", {}};
+    case OpId::kHardswishBackward:
+      return {"kc_hardswish_backward", "return b < -3.f ? 0.f : (b <= 3.f ? a * ((b / 3.f) + 0.5f) : a);", "self", {}};
+    case OpId::kSoftplusBackward:
+      return {"kc_softplus_backward", "const float z = expf(b * p); return (b * p) > q ? a : a * z / (z + 1.f);",
+              "self", {"beta", "threshold"}};
+    case OpId::kMishBackward:
+      return {"kc_mish_backward",
+              "const float s = 1.f / (1.f + expf(-b)); const float t = tanhf(log1pf(expf(b)));"
+              " return a * (t + b * s * (1.f - t * t));",
+              "self", {}};
+    default: return {nullptr, "", nullptr, {}};
   }
+}
+
+// The op of `c`, or {nullptr} when it (or its variant) is not handled.
+EwOp ew_op(const OpCall& c) { return op_info(c.op).family == OpFamily::kUnary ? ew_forward(c) : ew_backward(c); }
+
+// True when every scalar the op reads is a number that converts to float.
+bool params_ok(const OpCall& c, const EwOp& op) {
+  for (const char* n : op.params) {
+    const ScalarArg* s = c.scalar(n);
+    if (!s) return false;
+    double v = 0;
+    if (auto* d = std::get_if<double>(&s->value)) v = *d;
+    else if (auto* i = std::get_if<int64_t>(&s->value)) v = static_cast<double>(*i);
+    else return false;
+    if (std::isfinite(v) && std::fabs(v) > FLT_MAX) return false;
+  }
+  return true;
 }
 
 const char* kEwBody = R"CU(
 struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
-__device__ __forceinline__ V kc_apply(const V& a, const V& b, float p) {
-  V r;
+__device__ __forceinline__ V kc_apply(const V& a, const V& b, float p, float q, float r) {
+  V o;
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) r.v[e] = st(kc_op(ld(a.v[e]), ld(b.v[e]), p));
-  return r;
+  for (int e = 0; e < VEC; ++e) o.v[e] = st(kc_op(ld(a.v[e]), ld(b.v[e]), p, q, r));
+  return o;
 }
 #if KC_BINARY
 #define KC_IN1 , const T* __restrict__ in1
@@ -81,8 +139,7 @@ __device__ __forceinline__ V kc_apply(const V& a, const V& b, float p) {
 #define KC_B1(i) 0.f
 #endif
 extern "C" __global__ void __launch_bounds__(BLOCK) KC_ENTRY(T* __restrict__ out, const T* __restrict__ in0 KC_IN1,
-                                                             long long n, float p) {
-  p = ld(st(p));   // a threshold compares in the tensor's type, as eager does
+                                                             long long n, float p, float q, float r) {
   const long long nv = n / VEC;
   const long long tile = (long long)BLOCK * UNROLL;
   const long long tiles = (nv + tile - 1) / tile;
@@ -98,18 +155,18 @@ extern "C" __global__ void __launch_bounds__(BLOCK) KC_ENTRY(T* __restrict__ out
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) KC_LOAD(u, base + u * BLOCK);
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) vo[base + u * BLOCK] = kc_apply(ra[u], rb[u], p);
+      for (int u = 0; u < UNROLL; ++u) vo[base + u * BLOCK] = kc_apply(ra[u], rb[u], p, q, r);
     } else {
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u)
         if (base + u * BLOCK < nv) KC_LOAD(u, base + u * BLOCK);
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u)
-        if (base + u * BLOCK < nv) vo[base + u * BLOCK] = kc_apply(ra[u], rb[u], p);
+        if (base + u * BLOCK < nv) vo[base + u * BLOCK] = kc_apply(ra[u], rb[u], p, q, r);
     }
   }
   if (blockIdx.x == 0)
-    for (long long i = nv * VEC + threadIdx.x; i < n; i += BLOCK) out[i] = st(kc_op(ld(in0[i]), KC_B1(i), p));
+    for (long long i = nv * VEC + threadIdx.x; i < n; i += BLOCK) out[i] = st(kc_op(ld(in0[i]), KC_B1(i), p, q, r));
 }
 )CU";
 
@@ -132,15 +189,7 @@ class ElementwiseTemplate : public Template {
     }
     const TensorMeta& o = c.outputs[0];
     if (!o.defined || o.dtype != a->dtype || o.sizes != a->sizes) return {};
-    if (c.op == OpId::kReluBackward) {
-      const ScalarArg* th = c.scalar("threshold");
-      if (!th) return {};
-      double v = 0;
-      if (auto* d = std::get_if<double>(&th->value)) v = *d;
-      else if (auto* i = std::get_if<int64_t>(&th->value)) v = static_cast<double>(*i);
-      else return {};
-      if (std::isfinite(v) && std::fabs(v) > FLT_MAX) return {};
-    }
+    if (!params_ok(c, op)) return {};
     const int64_t wide = a->dtype == DType::kF32 ? 4 : 8;
     std::vector<int64_t> vecs = a->dtype == DType::kF32 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1, 2, 4, 8};
     return {{"block", {256, 128, 512, 1024}},
@@ -164,14 +213,14 @@ class ElementwiseTemplate : public Template {
     std::string src = "// kernelcraft " + std::string(name()) + " " + op.entry + " " + dtype_name(c.outputs[0].dtype) + "\n" +
                       dtype_prelude(c.outputs[0].dtype) + "constexpr int BLOCK = " + S(block) + ", VEC = " + S(vec) +
                       ", UNROLL = " + S(unroll) + ";\n#define KC_BINARY " + S(nin == 2) +
-                      "\n__device__ __forceinline__ float kc_op(float a, float b, float p) { " + op.body +
+                      "\n__device__ __forceinline__ float kc_op(float a, float b, float p, float q, float r) { " + op.body +
                       " }\n" + with_entry(kEwBody, op.entry);
     std::string tiles = "ceil_div(numel(" + a + "), " + S(block * unroll * vec) + ")";
     std::string grid = gs == 0 ? tiles : "min(" + tiles + ", " + S(kSms * gs) + ")";
     std::vector<std::string> args = {"ptr:out0", "ptr:" + a};
     if (op.second) args.push_back(std::string("ptr:") + op.second);
     args.push_back("i64:numel(" + a + ")");
-    args.push_back(op.param);
+    for (size_t i = 0; i < 3; ++i) args.push_back(i < op.params.size() ? std::string("f32:") + op.params[i] : "f32:0");
     return make_candidate(name(), std::move(k), std::move(src), json::array({launch(op.entry, {grid}, {block}, args)}));
   }
 

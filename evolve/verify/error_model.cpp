@@ -93,6 +93,11 @@ void attach_tolerance(const OpCall& call, InputSet& s) {
   for (size_t j = 0; j < outs && j < call.outputs.size() && j < s.tau.size(); ++j) {
     const at::Tensor& r64 = s.ref64[j];
     if (!r64.defined()) continue;
+    if (!at::isFloatingType(r64.scalar_type())) {   // integer outputs (pooling indices) are exact
+      s.tol[j] = at::full(r64.sizes(), 0.5, r64.options().dtype(at::kFloat));
+      s.budget[j] = 0.5 / (1.0 + (j < s.tau.size() ? s.tau[j] : 0.0));   // half a unit, in the mixed measure
+      continue;
+    }
     const double u = output_eps(call, j), tau = s.tau[j], eager = j < s.eager_err.size() ? s.eager_err[j] : 0;
     const RowLayout l = row_layout(call, s, j);
     at::Tensor tol = at::empty(r64.sizes(), r64.options().dtype(at::kFloat));
@@ -107,8 +112,11 @@ void attach_tolerance(const OpCall& call, InputSet& s) {
       ratio = std::max(ratio, (f64(e) - r).abs_().div_(t).masked_fill_(both.logical_not(), 0).max().item<double>());
       tf.narrow(0, off, len).copy_(t);
     };
-    const bool moved = family_reference(op_info(call.op).family).any_axis && r64.dim() > 1 && l.dim != r64.dim() - 1;
-    if (!l.model) {
+    const FamilyReference& fam = family_reference(op_info(call.op).family);
+    const bool moved = fam.any_axis && r64.dim() > 1 && l.dim != r64.dim() - 1;
+    if (fam.whole) {   // the family's model over the whole output
+      apply(0, rf.numel(), fam.whole(call, s.inputs, j).reshape(-1).nan_to_num_(0.0, INFINITY));
+    } else if (!l.model) {
       for (int64_t off = 0; off < rf.numel(); off += kChunk) apply(off, std::min(kChunk, rf.numel() - off), at::Tensor());
     } else if (!moved) {   // row layout is the flat order: chunk by chunk, no output-sized fp64
       const int64_t width = l.stat ? 1 : l.k;

@@ -50,6 +50,13 @@ SandboxPolicy sandbox_policy(EvolveSandbox mode, bool cuda, int64_t cpu_seconds)
   return p;
 }
 
+int64_t sandbox_file_bytes(const OpCall& c) {
+  int64_t bytes = kSandboxFileBytes;
+  for (const TensorMeta& t : c.inputs)
+    if (t.defined) bytes = std::max(bytes, t.numel() * dtype_size(t.dtype) + (int64_t{1} << 20));
+  return bytes;
+}
+
 int64_t sandbox_cpu_seconds(double wall_s) {
   const unsigned n = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int64_t>(std::max(1.0, wall_s) * n) + 1;

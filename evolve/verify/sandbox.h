@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evolve/ops/op_call.h"
+
 #include "runtime/config.h"
 #include "runtime/status.h"
 
@@ -42,6 +44,9 @@ struct SandboxPolicy {
 
 // RLIMIT_FSIZE of a sandboxed process: a CPU kernel's shared object is tens of KB.
 constexpr int64_t kSandboxFileBytes = int64_t{64} << 20;
+// RLIMIT_FSIZE of the evaluation child of `c`: kSandboxFileBytes, or more where the sanitizer
+// stage must hand its runner an input larger than that as a file.
+int64_t sandbox_file_bytes(const OpCall& c);
 // RLIMIT_CPU of the sanitizers' runner: one call under AddressSanitizer (its wall clock is limited too).
 constexpr int64_t kRunnerCpuSeconds = 300;
 

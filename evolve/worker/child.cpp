@@ -112,6 +112,9 @@ int eval_child_main(int argc, char** argv) {
   // AddressSanitizer's resident memory: the cap plus its shadow and quarantine.
   if (a.address_space_mb > 0) o.sanitizer_rss_mb = a.address_space_mb + 2048;
   SandboxPolicy policy = sandbox_policy(load_config().evolve_sandbox, call.backend == BackendKind::kCuda, a.cpu_limit_s);
+  // The sanitizer stage hands the runner each input as a file (a 256 MiB key died of SIGXFSZ
+  // there under the fixed 64 MiB limit).
+  if (policy.file_bytes > 0) policy.file_bytes = sandbox_file_bytes(call);
   std::unique_ptr<Broker> broker;
   if (policy.filter) {
     // Forked now, while this process has one thread (torch starts its pools on first use).

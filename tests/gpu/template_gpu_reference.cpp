@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 
+#include "evolve/ops/pool.h"
 #include "runtime/ops.h"
 
 namespace kc::evolve::gpu_ref {
@@ -70,6 +71,155 @@ double gelu_grad(double x, bool tanh_approx) {
 }
 double sigm(double x) { return 1 / (1 + std::exp(-x)); }
 
+// Group norm: (n, g) rows of C / group * HxW, per-channel affine. Kernels fold the affine into
+// y = x * a + b' (a = rstd * w), which rounds x * a at |x| * rstd: hence |mu| * rs / 16 in the scale.
+std::vector<Expect> group_norm(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const Vec& x = in.at("input");
+  const int64_t hw = c.int_arg("HxW", 1), groups = c.int_arg("group", 1), M = c.outputs[1].numel();
+  const int64_t L = static_cast<int64_t>(x.size()) / M, cpg = L / hw;
+  const bool hw_ = c.input("weight")->defined, hb = c.input("bias")->defined;
+  const double eps = c.double_arg("eps", 1e-5);
+  Expect y{Vec(x.size()), Vec(x.size())}, mean{Vec(M), Vec(M)}, rstd{Vec(M), Vec(M)};
+  for (int64_t r = 0; r < M; ++r) {
+    const double* xr = &x[r * L];
+    double mu = 0, var = 0;
+    for (int64_t j = 0; j < L; ++j) mu += xr[j];
+    mu /= L;
+    for (int64_t j = 0; j < L; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+    var /= L;
+    const double rs = 1 / std::sqrt(var + eps);
+    mean.ref[r] = mu;
+    mean.scale[r] = std::fabs(mu) + std::sqrt(var);
+    rstd.ref[r] = rs;
+    rstd.scale[r] = rs * (1 + std::fabs(mu) * rs / 64);
+    for (int64_t j = 0; j < L; ++j) {
+      const int64_t ch = (r % groups) * cpg + j / hw;
+      const double w = hw_ ? in.at("weight")[ch] : 1, b = hb ? in.at("bias")[ch] : 0, xh = (xr[j] - mu) * rs;
+      y.ref[r * L + j] = xh * w + b;
+      y.scale[r * L + j] = std::fabs(w) * (1 + std::fabs(xh) + std::fabs(mu) * rs / 16) + std::fabs(b);
+    }
+  }
+  return {y, mean, rstd};
+}
+
+// Batch norm per channel over N planes of HxW: training from the batch moments (group norm's
+// bounds), eval elementwise from the running statistics (save_mean = running_mean and
+// save_invstd = 1 / sqrt(running_var + eps), eager's CUDA answer).
+std::vector<Expect> batch_norm(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const Vec& x = in.at("input");
+  const int64_t N = c.input("input")->sizes[0], C = c.input("input")->sizes[1];
+  const int64_t hw = static_cast<int64_t>(x.size()) / (N * C);
+  const bool train = c.int_arg("training", 1) != 0, hw_ = c.input("weight")->defined, hb = c.input("bias")->defined;
+  const double eps = c.double_arg("eps", 1e-5);
+  Expect y{Vec(x.size()), Vec(x.size())}, mean{Vec(C), Vec(C)}, rstd{Vec(C), Vec(C)};
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double mu = 0, var = 0;
+    if (train) {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < hw; ++j) mu += x[(n * C + ch) * hw + j];
+      mu /= N * hw;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t j = 0; j < hw; ++j) var += (x[(n * C + ch) * hw + j] - mu) * (x[(n * C + ch) * hw + j] - mu);
+      var /= N * hw;
+    } else {
+      mu = in.at("running_mean")[ch];
+      var = in.at("running_var")[ch];
+    }
+    const double rs = 1 / std::sqrt(var + eps);
+    mean.ref[ch] = mu;
+    mean.scale[ch] = std::fabs(mu) + std::sqrt(var);
+    rstd.ref[ch] = rs;
+    rstd.scale[ch] = rs * (1 + std::fabs(mu) * rs / 64);
+    const double w = hw_ ? in.at("weight")[ch] : 1, b = hb ? in.at("bias")[ch] : 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < hw; ++j) {
+        const size_t i = (n * C + ch) * hw + j;
+        const double xh = (x[i] - mu) * rs;
+        y.ref[i] = xh * w + b;
+        y.scale[i] = std::fabs(w) * (1 + std::fabs(xh)) + std::fabs(b);
+      }
+  }
+  return {y, mean, rstd};
+}
+
+// Pooling from the definition, windows scanned in (t, h, w) order: max values and indices exact
+// (scale 0), an average within rtol of its window's mean magnitude.
+std::vector<Expect> pool(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const PoolGeom g = pool_geometry(c).value();
+  const Vec& x = in.at("self");
+  const int64_t plane = g.in[0] * g.in[1] * g.in[2], n = g.planes * g.out[0] * g.out[1] * g.out[2];
+  std::vector<Expect> out(g.max ? 2 : 1, Expect{Vec(n), Vec(n, 0.0)});
+  int64_t o = 0;
+  for (int64_t pl = 0; pl < g.planes; ++pl)
+    for (int64_t ot = 0; ot < g.out[0]; ++ot)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        for (int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
+          const int64_t at[3] = {ot, oh, ow};
+          int64_t lo[3], hi[3], st[3], padded = 1;
+          for (int a = 0; a < 3; ++a) {
+            st[a] = g.max ? g.d[a] : 1;
+            lo[a] = at[a] * g.s[a] - g.p[a];
+            hi[a] = g.max ? std::min(lo[a] + (g.k[a] - 1) * g.d[a] + 1, g.in[a]) : std::min(lo[a] + g.k[a], g.in[a] + g.p[a]);
+            padded *= hi[a] - lo[a];
+            while (lo[a] < 0) lo[a] += st[a];
+            hi[a] = std::min(hi[a], g.in[a]);
+          }
+          double m = -INFINITY, s = 0, sa = 0, cnt = 0;
+          int64_t best = (lo[0] * g.in[1] + lo[1]) * g.in[2] + lo[2];
+          for (int64_t t = lo[0]; t < hi[0]; t += st[0])
+            for (int64_t h = lo[1]; h < hi[1]; h += st[1])
+              for (int64_t w = lo[2]; w < hi[2]; w += st[2]) {
+                const int64_t i = (t * g.in[1] + h) * g.in[2] + w;
+                const double v = x[pl * plane + i];
+                if (v > m || std::isnan(v)) m = v, best = i;
+                s += v, sa += std::fabs(v), cnt += 1;
+              }
+          if (g.max) {
+            out[0].ref[o] = m;
+            out[1].ref[o] = static_cast<double>(best);
+            continue;
+          }
+          const double div = g.divisor ? g.divisor : g.count_include_pad ? padded : cnt;
+          out[0].ref[o] = s / div;
+          out[0].scale[o] = (sa + std::fabs(s)) / std::fabs(div);
+        }
+  return out;
+}
+
+// Inclusive scans along dim in fp64, in order. Scales: cumsum sqrt(j + 1) * sum |x| (any fold
+// order), cumprod (2 sqrt(j + 1) + 1) |y| (relative), logcumsumexp |max| + sqrt(j + 1) (1 + |y|)
+// (every log-domain combine rounds |y|).
+std::vector<Expect> scan(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const Vec& x = in.at("self");
+  const auto& sz = c.inputs[0].sizes;
+  const int64_t nd = static_cast<int64_t>(sz.size());
+  int64_t dim = c.int_arg("dim", -1);
+  if (dim < 0) dim += nd;
+  int64_t inner = 1;
+  for (int64_t i = dim + 1; i < nd; ++i) inner *= sz[i];
+  const int64_t L = sz[dim], outer = static_cast<int64_t>(x.size()) / (L * inner);
+  Expect e{Vec(x.size()), Vec(x.size())};
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      double a = 0, sa = 0, m = -INFINITY;
+      for (int64_t l = 0; l < L; ++l) {
+        const size_t i = (o * L + l) * inner + j;
+        const double v = x[i], g = std::sqrt(l + 1.0);
+        if (c.op == OpId::kCumsum) a = l ? a + v : v;
+        else if (c.op == OpId::kCumprod) a = l ? a * v : v;
+        else if (l && (std::isnan(a) || std::isnan(v))) a = NAN;
+        else if (l && !(a == v && std::isinf(a))) a = std::max(a, v) + std::log1p(std::exp(-std::fabs(a - v)));
+        else if (!l) a = v;
+        if (std::isfinite(v)) sa += std::fabs(v), m = std::max(m, std::fabs(v));
+        e.ref[i] = a;
+        e.scale[i] = c.op == OpId::kCumsum ? g * sa + std::fabs(a)
+                     : c.op == OpId::kCumprod ? (2 * g + 1) * std::fabs(a)
+                                              : m + g * (1 + (std::isfinite(a) ? std::fabs(a) : 0.0));
+      }
+    }
+  return {e};
+}
+
 }  // namespace
 
 // Inputs by name (schema order) -> expected outputs (out0, out1, ...; empty for absent ones).
@@ -98,6 +248,58 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
     case OpId::kSilu: return each(in.at("self"), [](double x) { return x * sigm(x); }, mag);
     case OpId::kSigmoid: return each(in.at("self"), sigm, mag);
     case OpId::kTanh: return each(in.at("self"), [](double x) { return std::tanh(x); }, mag);
+    // The scalars as the kernels see them (float); fmin/fmax where eager's CUDA std::min/max are.
+    case OpId::kLeakyRelu: {
+      const double sl = static_cast<float>(c.double_arg("negative_slope", 0.01));
+      return each(in.at("self"), [sl](double x) { return x > 0 ? x : x * sl; }, mag);
+    }
+    case OpId::kElu: {
+      const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
+      return each(in.at("self"), [=](double x) { return x > 0 ? x * sc : std::expm1(x * is) * al * sc; }, mag);
+    }
+    case OpId::kHardtanh: {
+      const double lo = c.double_arg("min_val", -1), hi = c.double_arg("max_val", 1);
+      return each(in.at("self"), [=](double x) { return std::isnan(x) ? x : std::fmin(std::fmax(x, lo), hi); }, mag);
+    }
+    case OpId::kHardsigmoid:
+      return each(in.at("self"), [](double x) { return std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6; }, mag);
+    case OpId::kHardswish:
+      return each(in.at("self"), [](double x) { return x * std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6; }, mag);
+    case OpId::kSoftplus: {
+      const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
+      return each(in.at("self"), [=](double x) { return x * be > th ? x : std::log1p(std::exp(x * be)) / be; }, mag);
+    }
+    case OpId::kMish: return each(in.at("self"), [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, mag);
+    case OpId::kLeakyReluBackward: {
+      const double sl = static_cast<float>(c.double_arg("negative_slope", 0.01));
+      return each2(in.at("grad_output"), in.at("self"), [sl](double g, double x) { return x > 0 ? g : g * sl; });
+    }
+    case OpId::kEluBackward: {
+      const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
+      const bool res = c.int_arg("is_result", 0) != 0;
+      return each2(in.at("grad_output"), in.at("self_or_result"), [=](double g, double x) {
+        if (!(x <= 0)) return g * sc;   // NaN takes the positive branch, as in eager
+        return res ? g * is * (x + al * sc) : g * is * al * sc * std::exp(x * is);
+      });
+    }
+    case OpId::kHardtanhBackward: {
+      const double lo = c.double_arg("min_val", -1), hi = c.double_arg("max_val", 1);
+      return each2(in.at("grad_output"), in.at("self"), [=](double g, double x) { return (x <= lo || x >= hi) ? 0.0 : g; });
+    }
+    case OpId::kHardsigmoidBackward:
+      return each2(in.at("grad_output"), in.at("self"), [](double g, double x) { return (x > -3 && x < 3) ? g / 6 : 0.0; });
+    case OpId::kHardswishBackward:
+      return each2(in.at("grad_output"), in.at("self"),
+                   [](double g, double x) { return x < -3 ? 0.0 : (x <= 3 ? g * (x / 3 + 0.5) : g); });
+    case OpId::kSoftplusBackward: {
+      const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
+      return each2(in.at("grad_output"), in.at("self"), [=](double g, double x) { return x * be > th ? g : g * sigm(x * be); });
+    }
+    case OpId::kMishBackward:
+      return each2(in.at("grad_output"), in.at("self"), [](double g, double x) {
+        const double t = std::tanh(std::log1p(std::exp(x)));
+        return g * (t + x * sigm(x) * (1 - t * t));
+      });
     case OpId::kReluBackward: {
       const float th = static_cast<float>(c.double_arg("threshold", 0));
       const double t = Host::round(c.inputs[0].dtype, th);
@@ -150,6 +352,10 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
     }
     return {e};
   }
+  if (c.op == OpId::kGroupNorm) return group_norm(c, in);
+  if (c.op == OpId::kBatchNorm) return batch_norm(c, in);
+  if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
+  if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
   // Layer norm forward and backward: M rows of N.
   const Vec& x = in.at("input");
   int64_t N = 1;
@@ -238,6 +444,26 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
       v[i] = r % 3 == 1 ? 40 + 4 * nd(rng) : r % 5 == 2 ? 3e4 * nd(rng) : 3 * nd(rng);
     }
     if (n / L > 3) v[3 * L + (L > 1 ? 1 : 0)] = -INFINITY;
+  } else if (fam == OpFamily::kScan) {
+    // cumprod: factors near 1 keep long products finite; logcumsumexp: an all -inf prefix in the
+    // first two lines, one +inf and one NaN further on.
+    for (auto& x : v) x = c.op == OpId::kCumprod ? 1 + 0.01 * nd(rng) : c.op == OpId::kCumsum ? nd(rng) : 3 * nd(rng);
+    if (c.op == OpId::kLogcumsumexp && n > 64) {
+      v[0] = v[1] = -INFINITY;
+      v[n / 3 + 3] = INFINITY;
+      v[n / 2 + 7] = NAN;
+    }
+  } else if (fam == OpFamily::kBatchNorm) {   // channels with their own offset and spread
+    const int64_t C = t.sizes.size() > 1 ? t.sizes[1] : 1, hw = t.sizes.size() > 1 ? n / (t.sizes[0] * C) : 1;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t ch = t.name == "input" ? (i / hw) % C : i;
+      v[i] = t.name == "running_var" ? 0.1 + std::fabs(2 * nd(rng))
+           : t.name == "input" ? (ch % 4 == 3 ? 100.0 : 3.0 * (ch % 3)) + (1 + ch % 2) * nd(rng)
+                               : nd(rng);
+    }
+  } else if (fam == OpFamily::kPool) {   // normal values, and NaN / -inf now and then (eager's order)
+    for (auto& x : v) x = 2 * nd(rng);
+    for (int64_t i = 5; i < n; i += 1009) v[i] = i % 2 ? NAN : -INFINITY;
   } else if (fam == OpFamily::kSoftmaxBackward) {
     const int64_t L = t.sizes.back();
     if (t.name == "grad_output") {
@@ -257,8 +483,8 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
     else if (t.name == "bias") for (auto& x : v) x = ud(rng);
     else if (t.name == "grad_out") for (auto& x : v) x = nd(rng);
     else {
-      const int64_t N = n / std::max<int64_t>(1, c.outputs.size() == 3 && c.op == OpId::kLayerNorm
-                                                     ? c.outputs[1].numel() : c.input("mean")->numel());
+      const bool fwd = c.outputs.size() == 3 && (c.op == OpId::kLayerNorm || c.op == OpId::kGroupNorm);
+      const int64_t N = n / std::max<int64_t>(1, fwd ? c.outputs[1].numel() : c.input("mean")->numel());
       for (int64_t i = 0; i < n; ++i) {
         const int64_t r = i / N;
         v[i] = (r % 4 == 3 ? 100.0 : 3.0 * (r % 3)) + (1 + r % 2) * nd(rng);

@@ -46,7 +46,11 @@ struct Host {
   static Vec decode(DType dt, const std::string& b) {
     Vec v(b.size() / dtype_size(dt));
     for (size_t i = 0; i < v.size(); ++i) {
-      if (dt == DType::kF32) {
+      if (dt == DType::kI64) {   // indices (max pooling)
+        int64_t q;
+        std::memcpy(&q, &b[i * 8], 8);
+        v[i] = static_cast<double>(q);
+      } else if (dt == DType::kF32) {
         float f;
         std::memcpy(&f, &b[i * 4], 4);
         v[i] = f;

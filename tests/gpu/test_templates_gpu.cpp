@@ -214,7 +214,9 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
           if (std::isnan(r)) ok = std::isnan(y);
           else if (std::isinf(r)) ok = y == r;
           else {
-            const double tol = rtol * e.scale[i] + out_ulp * std::fabs(r) + out_floor;
+            // Integer outputs (pooling's indices) are exact: no output rounding allowance.
+            const bool exact = c.outputs[o].dtype == DType::kI64;
+            const double tol = rtol * e.scale[i] + (exact ? 0 : out_ulp * std::fabs(r) + out_floor);
             ok = std::fabs(y - r) <= tol;
             if (std::isfinite(y)) worst = std::max(worst, std::fabs(y - r) / tol);
           }
@@ -259,6 +261,14 @@ TEST_F(Gpu, Unary) {
   cs.push_back({OpId::kRelu, {4099}, DType::kBF16, kNone, 3});
   cs.push_back({OpId::kSilu, {1025}, DType::kF16, kNone, 3});
   cs.push_back({OpId::kSigmoid, {77777}, DType::kBF16, kNone, 3});
+  for (OpId op : {OpId::kLeakyRelu, OpId::kElu, OpId::kHardtanh, OpId::kHardsigmoid, OpId::kHardswish, OpId::kSoftplus,
+                  OpId::kMish}) {
+    cs.push_back({op, {7, 13, 5}, DType::kF32, kNone, 3});
+    cs.push_back({op, {1000003}, DType::kBF16, kNone, 2});
+  }
+  cs.push_back({OpId::kElu, {4099}, DType::kF32, {{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}}, 2});
+  cs.push_back({OpId::kHardtanh, {4099}, DType::kF16, {{"min_val", 0}, {"max_val", 6}}, 2});
+  cs.push_back({OpId::kSoftplus, {4099}, DType::kF32, {{"beta", 2.0}, {"threshold", 10.0}}, 2});
   run_all(*this, cs, 2e-6);
 }
 
@@ -274,6 +284,12 @@ TEST_F(Gpu, UnaryBackward) {
   cs.push_back({OpId::kReluBackward, {1000}, DType::kBF16, {{"threshold", 1}}, 3});
   cs.push_back({OpId::kGeluBackward, {4097}, DType::kF32, {{"approximate", "tanh"}}, 4});
   cs.push_back({OpId::kTanhBackward, {999}, DType::kF16, kNone, 3});
+  for (OpId op : {OpId::kLeakyReluBackward, OpId::kEluBackward, OpId::kHardtanhBackward, OpId::kHardsigmoidBackward,
+                  OpId::kHardswishBackward, OpId::kSoftplusBackward, OpId::kMishBackward}) {
+    cs.push_back({op, {513, 7}, DType::kF32, kNone, 3});
+    cs.push_back({op, {(1 << 20) + 3}, DType::kBF16, kNone, 2});
+  }
+  cs.push_back({OpId::kEluBackward, {1000}, DType::kF32, {{"is_result", true}}, 2});
   run_all(*this, cs, 4e-6);
 }
 
@@ -323,6 +339,49 @@ TEST_F(Gpu, LayerNorm) {
   run_all(*this, cs, 2e-5);
 }
 
+TEST_F(Gpu, GroupNorm) {
+  std::vector<Case> cs;
+  const json f32p = {{"group", 32}, {"param_dtype", "f32"}};
+  // Few long rows: the split passes (several split counts) and, once, one block per row.
+  cs.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 1,
+                {{{"split", 132}}, {{"split", 264}, {"threads", 512}, {"vec", 2}}, {{"split", 0}}}});
+  cs.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kBF16, {{"group", 8}, {"param_dtype", "f32"}}, 1});
+  // U-Net shapes: moderate rows, one block per row, registers or streamed.
+  cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 3, {{{"split", 0}}}});
+  cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kBF16, {{"group", 32}}, 2});
+  cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, f32p, 3, {{{"regs", 1}, {"vec", 4}, {"threads", 1024}}}});
+  cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kF16, {{"group", 32}}, 2});
+  cs.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, f32p, 3});
+  cs.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kF32, {{"group", 32}}, 3, {{{"threads", 32}, {"rows", 2}, {"regs", 0}}}});
+  // Odd small shapes: HxW not a multiple of any vector, one element per channel, no affine.
+  cs.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}, 4});
+  cs.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF32, {{"group", 3}, {"affine", false}}, 2});
+  cs.push_back({OpId::kGroupNorm, {5, 7}, DType::kBF16, {{"group", 7}}, 2});
+  cs.push_back({OpId::kGroupNorm, {2, 4, 70001}, DType::kF32, {{"group", 2}}, 3, {{{"split", 66}}}});
+  run_all(*this, cs, 2e-5);
+}
+
+TEST_F(Gpu, BatchNorm) {
+  std::vector<Case> cs;
+  const json train = {{"training", true}, {"running", false}};
+  const json inorm = {{"training", true}, {"running", false}, {"affine", false}};   // F.instance_norm
+  const json eval = {{"training", false}};
+  // The measured shapes: training (several slicings of the statistics) and eval, f32 and bf16.
+  cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kF32, inorm, 1, {{{"bpc", 4}}, {{"bpc", 64}, {"threads", 512}, {"vec", 2}}}});
+  cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, train, 1});
+  cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}, 1});
+  cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kF32, eval, 1});
+  cs.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, inorm, 1, {{{"bpc", 1}}}});
+  cs.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kBF16, inorm, 1});
+  // Odd small shapes: HxW of 7 (vec 1), one element per channel, f16, no affine.
+  cs.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF32, train, 3});
+  cs.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF16, {{"training", false}, {"affine", false}}, 2});
+  cs.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kBF16, train, 2});
+  cs.push_back({OpId::kBatchNorm, {8, 6}, DType::kF32, eval, 2});
+  cs.push_back({OpId::kBatchNorm, {1, 6, 70001}, DType::kF32, inorm, 3});
+  run_all(*this, cs, 2e-5);
+}
+
 TEST_F(Gpu, LayerNormBackward) {
   std::vector<Case> cs;
   for (const json& mask : {json{1, 1, 1}, json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}}) {
@@ -340,7 +399,54 @@ TEST_F(Gpu, LayerNormBackward) {
   run_all(*this, cs, 2e-5);
 }
 
+TEST_F(Gpu, Pool) {
+  std::vector<Case> cs;
+  const json m3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}};
+  const json a3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
+  const json a2 = {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}};
+  const json m2 = {{"kernel_size", 2}, {"stride", 2}};
+  // The measured shapes, f32 and bf16.
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    cs.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, dt, m3, 1});
+    cs.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, dt, a3, 1});
+    cs.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, dt, a2, 1});
+    cs.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, dt, m2, 1});
+  }
+  // Odd small shapes: unbatched, ceil mode, dilation, count_include_pad off, divisor_override.
+  cs.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}, 6,
+                {{{"vpt", 4}, {"gs", 1}}}});
+  cs.push_back({OpId::kMaxPool2d, {2, 2, 11, 13}, DType::kF16,
+                {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}, 4});
+  cs.push_back({OpId::kMaxPool3d, {2, 2, 7, 9, 10}, DType::kBF16, m3, 4});
+  cs.push_back({OpId::kAvgPool2d, {2, 3, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                               {"count_include_pad", false}}, 4});
+  cs.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}, 2});
+  cs.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                              {"ceil_mode", true}, {"count_include_pad", false}}, 4});
+  run_all(*this, cs, 2e-5);
+}
+
 // Times the default candidate (and a few split settings) of the shapes that matter most.
+TEST_F(Gpu, Scan) {
+  std::vector<Case> cs;
+  for (OpId op : {OpId::kCumsum, OpId::kCumprod, OpId::kLogcumsumexp}) {
+    cs.push_back({op, {1}, DType::kF32, {{"dim", 0}}, 1});
+    cs.push_back({op, {3, 37}, DType::kF32, {{"dim", -1}}, 4});
+    cs.push_back({op, {5, 3, 17}, DType::kF32, {{"dim", 1}}, 4});
+    cs.push_back({op, {9, 1}, DType::kF32, {{"dim", 0}}, 2});
+    cs.push_back({op, {33, 1000}, DType::kF32, {{"dim", 1}}, 4, {{{"threads", 32}, {"rows", 8}}, {{"threads", 1024}, {"items", 8}}}});
+    cs.push_back({op, {2, 70001}, DType::kF32, {{"dim", -1}}, 3, {{{"split", 16}, {"vec", 1}}}});
+    // Few long rows (split by default) and a long strided axis (split along L by default).
+    cs.push_back({op, {128, 262144}, DType::kF32, {{"dim", -1}}, 2, {{{"split", 0}}, {{"split", 64}, {"threads", 512}}}});
+    cs.push_back({op, {32768, 1024}, DType::kF32, {{"dim", 0}}, 2, {{{"split", 0}}, {{"split", 32}, {"vec", 4}}}});
+    cs.push_back({op, {128, 262144}, DType::kBF16, {{"dim", -1}}, 1});
+    cs.push_back({op, {32768, 1024}, DType::kBF16, {{"dim", 0}}, 1});
+    cs.push_back({op, {7, 3, 130}, DType::kBF16, {{"dim", 1}}, 3});
+    cs.push_back({op, {64, 200}, DType::kF16, {{"dim", -1}}, 2});
+  }
+  run_all(*this, cs, 2e-6);
+}
+
 TEST_F(Gpu, Timings) {
   struct T {
     OpId op;
@@ -360,6 +466,11 @@ TEST_F(Gpu, Timings) {
       {OpId::kLayerNormBackward, {4096, 1024}, {{"normalized_shape", {1024}}}, {{}}, 3 * 4096.0 * 1024 * 4},
       {OpId::kSoftmax, {4096, 1024}, kNone, {{}}, 2 * 4096.0 * 1024 * 4},
       {OpId::kGelu, {1 << 26}, kNone, {{}}, 2 * 4.0 * (1 << 26)},
+      {OpId::kGroupNorm, {16, 64, 256, 256}, {{"group", 8}},
+       {{}, {{"split", 66}}, {{"split", 132}}, {{"split", 264}}, {{"split", 132}, {"threads", 512}}}, 2 * 16 * big},
+      {OpId::kGroupNorm, {8, 320, 64, 64}, {{"group", 32}}, {{}, {{"split", 0}}}, 2 * 8.0 * 320 * 4096 * 4},
+      {OpId::kGroupNorm, {8, 1280, 16, 16}, {{"group", 32}}, {{}}, 2 * 8.0 * 1280 * 256 * 4},
+      {OpId::kGroupNorm, {32, 64, 56, 56}, {{"group", 32}}, {{}, {{"regs", 0}}}, 2 * 32.0 * 64 * 3136 * 4},
   };
   for (const T& t : ts) {
     auto cr = make_call(t.op, t.sizes, DType::kF32, BackendKind::kCuda, t.args);

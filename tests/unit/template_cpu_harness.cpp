@@ -132,11 +132,13 @@ Buffers make_inputs(const Case& cs) {
         for (auto& x : v) x = c.op == OpId::kSigmoidBackward ? ud(rng) : 2.f * ud(rng) - 1.f;
       }
     }
-    if ((t.name == "self" && fam == OpFamily::kSoftmax) || (t.name == "input" && fam == OpFamily::kLayerNorm)) {
+    if ((t.name == "self" && fam == OpFamily::kSoftmax) || (t.name == "input" && (fam == OpFamily::kLayerNorm || fam == OpFamily::kGroupNorm || fam == OpFamily::kBatchNorm))) {
       for (auto& x : v) x = 2.f * x + static_cast<float>(cs.offset);
       if (cs.nan_row) v[3 * t.sizes.back() + 17] = NAN;
     }
   }
+  if (b.count("running_var"))   // batch norm: a variance is positive
+    for (auto& v : b["running_var"]) v = std::fabs(v) + 0.1f;
   if (fam == OpFamily::kSoftmaxBackward) {   // `output` is a real (log-)softmax of random logits
     const int64_t n = c.input("output")->sizes.back(), rows = c.input("output")->numel() / n;
     std::vector<float>& y = b["output"];
@@ -280,7 +282,7 @@ void run_job(const Job& j, Buffers& in, const std::vector<Expect>& want, Stats& 
       } else if (in.count(t.name)) {
         ptrs.push_back(in[t.name].data());
       } else {
-        outs[t.name].assign(t.numel(), NAN);
+        outs[t.name].assign(t.numel() * (t.dtype == DType::kI64 ? 2 : 1), NAN);   // int64: two floats an element
         ptrs.push_back(outs[t.name].data());
       }
     }
@@ -298,7 +300,16 @@ void run_job(const Job& j, Buffers& in, const std::vector<Expect>& want, Stats& 
         results[threaded].emplace_back();
         continue;
       }
-      const auto& got = outs[c.outputs[i].name];
+      std::vector<float> got = outs[c.outputs[i].name];
+      if (c.outputs[i].dtype == DType::kI64) {   // indices: their values (exact in float below 2^24)
+        std::vector<float> v(got.size() / 2);
+        for (size_t e = 0; e < v.size(); ++e) {
+          int64_t q;
+          std::memcpy(&q, &got[2 * e], 8);
+          v[e] = static_cast<float>(q);
+        }
+        got = std::move(v);
+      }
       std::string bad = compare(got, want[i]);
       EXPECT_TRUE(bad.empty()) << j.cs->label << " " << j.cand.id() << (threaded ? " threaded" : " serial") << " out"
                                << i << ":" << bad;

@@ -10,6 +10,7 @@
 #include "evolve/ops/eager.h"
 #include "evolve/verify/numerics.h"
 #include "evolve/propose/proposer.h"
+#include "tests/unit/plain_calls.h"
 
 namespace kc::evolve {
 namespace {
@@ -160,16 +161,14 @@ namespace {
 TEST(OpSpec, EveryOperatorInTheTableIsComplete) {
   for (const auto& info : all_ops()) {
     SCOPED_TRACE(info.name);
-    nlohmann::json args = nlohmann::json::object();
-    if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward)
-      args["normalized_shape"] = {48};
+    const PlainCall p = plain_call(info, 6, 48);
     for (BackendKind backend : {BackendKind::kCpu, BackendKind::kCuda}) {
-      auto c = make_call(info.id, {6, 48}, DType::kF32, backend, args);
+      auto c = make_call(info.id, p.sizes, DType::kF32, backend, p.args);
       ASSERT_TRUE(c.is_ok()) << c.status().to_string();
       ASSERT_FALSE(c.value().outputs.empty());
       EXPECT_FALSE(templates_for(c.value()).empty()) << "no " << backend_name(backend) << " template";
     }
-    auto c = make_call(info.id, {6, 48}, DType::kF32, BackendKind::kCpu, args).value();
+    auto c = make_call(info.id, p.sizes, DType::kF32, BackendKind::kCpu, p.args).value();
     ASSERT_FALSE(input_kinds(info.id).empty());
     for (const std::string& kind : input_kinds(info.id)) {
       auto s = reference_set(c, kind, make_inputs(c, kind, 3, at::kCPU));

@@ -3,16 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "evolve/ops/op_call.h"
+#include "tests/unit/plain_calls.h"
 
 namespace kc::evolve {
 namespace {
 
 TEST(OpCall, KeyRoundTripForEveryOp) {
   for (const auto& info : all_ops()) {
-    nlohmann::json args = nlohmann::json::object();
-    if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward)
-      args["normalized_shape"] = {5, 7};
-    auto c = make_call(info.id, {3, 5, 7}, DType::kF32, BackendKind::kCpu, args);
+    const PlainCall p = plain_call(info, 5, 7);
+    auto c = make_call(info.id, p.sizes, DType::kF32, BackendKind::kCpu, p.args);
     ASSERT_TRUE(c.is_ok()) << info.name << ": " << c.status().to_string();
     c.value().target = "cpu-x86_64-v3+gcc-12.2.0";
     const std::string key = call_key(c.value());

@@ -289,5 +289,16 @@ TEST(Sandbox, PolicyPerModeAndBackend) {
   EXPECT_FALSE(sandbox_policy(EvolveSandbox::kAll, true, 10).filter_writes);  // the driver opens /dev/nvidia*
 }
 
+// The sanitizer stage writes each input to a file: a child whose limit is below the largest input
+// dies of SIGXFSZ there (it did, for every 256 MiB key on the H200).
+TEST(Sandbox, FileLimitAdmitsTheLargestInput) {
+  auto small = make_call(OpId::kRelu, {1000}, DType::kF32, BackendKind::kCuda);
+  ASSERT_TRUE(small.is_ok());
+  EXPECT_EQ(sandbox_file_bytes(small.value()), kSandboxFileBytes);
+  auto big = make_call(OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, BackendKind::kCuda, {{"group", 8}});
+  ASSERT_TRUE(big.is_ok());
+  EXPECT_GT(sandbox_file_bytes(big.value()), int64_t{256} << 20);
+}
+
 }  // namespace
 }  // namespace kc::evolve

@@ -16,6 +16,7 @@
 #include "evolve/propose/proposer.h"
 #include "kernel_cache/bundle_trust.h"
 #include "runtime/fsutil.h"
+#include "tests/unit/plain_calls.h"
 
 namespace kc::evolve {
 namespace {
@@ -33,9 +34,8 @@ nlohmann::json current_digests() {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& info : all_ops())
     for (BackendKind backend : {BackendKind::kCpu, BackendKind::kCuda}) {
-      nlohmann::json args = nlohmann::json::object();
-      if (info.family == OpFamily::kLayerNorm || info.family == OpFamily::kLayerNormBackward) args["normalized_shape"] = {96};
-      auto c = make_call(info.id, {24, 96}, DType::kF32, backend, args);
+      const PlainCall p = plain_call(info, 24, 96);
+      auto c = make_call(info.id, p.sizes, DType::kF32, backend, p.args);
       if (!c) continue;
       for (const Template* t : templates_for(c.value())) {
         std::vector<KnobDim> space = t->space(c.value());

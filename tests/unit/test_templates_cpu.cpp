@@ -47,6 +47,13 @@ std::vector<Case> unary_cases() {
       v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
     for (const char* a : {"none", "tanh"})
       v.push_back({std::string("gelu-") + a + "/" + shape_str(s), cpu_call(OpId::kGelu, s, {{"approximate", a}})});
+    for (OpId op : {OpId::kLeakyRelu, OpId::kElu, OpId::kHardtanh, OpId::kHardsigmoid, OpId::kHardswish, OpId::kSoftplus,
+                    OpId::kMish})
+      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
+    // selu and relu6 reach elu and hardtanh with other scalars; softplus with beta 2.
+    v.push_back({"elu-selu/" + shape_str(s), cpu_call(OpId::kElu, s, {{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}})});
+    v.push_back({"hardtanh-relu6/" + shape_str(s), cpu_call(OpId::kHardtanh, s, {{"min_val", 0}, {"max_val", 6}})});
+    v.push_back({"softplus-b2/" + shape_str(s), cpu_call(OpId::kSoftplus, s, {{"beta", 2.0}, {"threshold", 10.0}})});
   }
   return v;
 }
@@ -61,6 +68,10 @@ std::vector<Case> unary_backward_cases() {
                    cpu_call(OpId::kGeluBackward, s, {{"approximate", a}})});
     v.push_back({"threshold_backward-i0/" + shape_str(s), cpu_call(OpId::kReluBackward, s, {{"threshold", 0}})});
     v.push_back({"threshold_backward-d0.5/" + shape_str(s), cpu_call(OpId::kReluBackward, s, {{"threshold", 0.5}})});
+    for (OpId op : {OpId::kLeakyReluBackward, OpId::kEluBackward, OpId::kHardtanhBackward, OpId::kHardsigmoidBackward,
+                    OpId::kHardswishBackward, OpId::kSoftplusBackward, OpId::kMishBackward})
+      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
+    v.push_back({"elu_backward-result/" + shape_str(s), cpu_call(OpId::kEluBackward, s, {{"is_result", true}})});
   }
   return v;
 }
@@ -112,6 +123,88 @@ std::vector<Case> layer_norm_cases() {
   return v;
 }
 
+// Group norm: (n, g) rows of C / group * HxW; weight only and bias only by dropping one tensor.
+std::vector<Case> group_norm_cases() {
+  struct GnShape {
+    std::vector<int64_t> sizes;
+    int64_t group;
+    double offset;
+  };
+  const std::vector<GnShape> shapes = {{{2, 6, 5}, 3, 0.5},       {{3, 8, 7, 9}, 4, 100},   {{1, 4, 70001}, 2, 4},
+                                       {{4, 6}, 2, -3},           {{2, 5, 3, 3}, 1, 0.5}};
+  auto without = [](Case c, const char* name) {
+    for (auto& t : c.call.inputs)
+      if (t.name == name) {
+        t.defined = false;
+        t.sizes.clear();
+        t.strides.clear();
+      }
+    return c;
+  };
+  std::vector<Case> v;
+  for (const auto& s : shapes) {
+    const std::string sh = shape_str(s.sizes) + "/g" + std::to_string(s.group);
+    const json a = {{"group", s.group}};
+    Case wb{"group_norm-wb/" + sh, cpu_call(OpId::kGroupNorm, s.sizes, a), s.offset};
+    v.push_back(wb);
+    v.push_back({"group_norm-none/" + sh, cpu_call(OpId::kGroupNorm, s.sizes, {{"group", s.group}, {"affine", false}}), s.offset});
+    Case w = without(wb, "bias"), b = without(wb, "weight");
+    w.label = "group_norm-w/" + sh;
+    b.label = "group_norm-b/" + sh;
+    v.push_back(w);
+    v.push_back(b);
+  }
+  return v;
+}
+
+// Batch norm: training without running statistics and eval with them, affine or not, odd
+// shapes, one long channel row (1, 6, 70001) and offset inputs (cancellation in the moments).
+std::vector<Case> batch_norm_cases() {
+  struct BnShape {
+    std::vector<int64_t> sizes;
+    double offset;
+  };
+  const std::vector<BnShape> shapes = {{{3, 5, 7}, 0.5}, {{2, 4, 3, 3}, 100}, {{1, 6, 70001}, 4}, {{4, 6}, -3}, {{2, 3, 64}, 100}};
+  std::vector<Case> v;
+  for (const auto& s : shapes)
+    for (bool train : {true, false})
+      for (bool affine : {true, false}) {
+        const std::string label = std::string("batch_norm-") + (train ? "train" : "eval") + (affine ? "-wb/" : "-none/") + shape_str(s.sizes);
+        v.push_back({label, cpu_call(OpId::kBatchNorm, s.sizes, {{"training", train}, {"running", !train}, {"affine", affine}}), s.offset});
+      }
+  return v;
+}
+
+// Pooling: 2d and 3d, batched and not, padding, dilation, ceil mode (a last window clipped and one
+// dropped), count_include_pad off, divisor_override, broadcast lists and the empty stride.
+std::vector<Case> pool_cases() {
+  struct P {
+    OpId op;
+    std::vector<int64_t> sizes;
+    json args;
+  };
+  const std::vector<P> ps = {
+      {OpId::kMaxPool2d, {2, 3, 8, 8}, json::object()},
+      {OpId::kMaxPool2d, {3, 7, 9}, {{"kernel_size", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 1}}}},
+      {OpId::kMaxPool2d, {2, 2, 11, 13}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}},
+      {OpId::kMaxPool2d, {1, 2, 5, 6}, {{"kernel_size", 2}, {"stride", json::array()}, {"ceil_mode", true}}},
+      {OpId::kMaxPool3d, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}},
+      {OpId::kMaxPool3d, {3, 5, 6, 7}, {{"kernel_size", {2, 3, 2}}, {"stride", 1}, {"ceil_mode", true}}},
+      {OpId::kAvgPool2d, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}},
+      {OpId::kAvgPool2d, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"count_include_pad", false}}},
+      {OpId::kAvgPool2d, {3, 11, 7}, {{"kernel_size", {3, 2}}, {"stride", 2}, {"padding", {1, 0}}, {"ceil_mode", true}}},
+      {OpId::kAvgPool2d, {1, 2, 8, 8}, {{"kernel_size", 2}, {"divisor_override", 3}}},
+      {OpId::kAvgPool3d, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
+      {OpId::kAvgPool3d, {2, 5, 6, 7}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true},
+                                        {"count_include_pad", false}}},
+      {OpId::kAvgPool3d, {1, 3, 4, 5, 6}, {{"kernel_size", {1, 2, 3}}, {"divisor_override", 5}}},
+  };
+  std::vector<Case> v;
+  for (const auto& p : ps)
+    v.push_back({std::string(op_info(p.op).name) + "/" + shape_str(p.sizes) + p.args.dump(), cpu_call(p.op, p.sizes, p.args)});
+  return v;
+}
+
 std::vector<Case> layer_norm_backward_cases() {
   std::vector<Case> v;
   for (const auto& s : kLnShapes) {
@@ -126,6 +219,21 @@ std::vector<Case> layer_norm_backward_cases() {
     mk("w-110", {{"bias", false}, {"output_mask", {1, 1, 0}}});
     mk("none-100", {{"affine", false}, {"output_mask", {1, 0, 0}}});
   }
+  return v;
+}
+
+// Scans: odd sizes, the last dim (negative and positive), dim 0 and a middle dim (strided
+// columns), a long row, L = 1 both ways, and an explicit output dtype equal to the input's.
+std::vector<Case> scan_cases() {
+  std::vector<Case> v;
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes = {
+      {{3, 37}, -1}, {{7, 1000}, 1}, {{300, 33}, 0}, {{5, 3, 17}, 1}, {{5, 3, 17}, 0}, {{2, 70001}, -1},
+      {{9, 1}, -1},  {{1, 9}, 0},    {{4, 1, 6}, 1}, {{1}, 0},        {{4, 513, 3}, -2}};
+  for (OpId op : {OpId::kCumsum, OpId::kCumprod, OpId::kLogcumsumexp})
+    for (const auto& [s, dim] : shapes)
+      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + "/dim" + std::to_string(dim),
+                   cpu_call(op, s, {{"dim", dim}})});
+  v.push_back({"cumsum/dtype-f32/6x50", cpu_call(OpId::kCumsum, {6, 50}, {{"dim", 1}, {"dtype", "f32"}})});
   return v;
 }
 
@@ -168,6 +276,40 @@ TEST(CpuTemplates, LayerNorm) {
   for (const char* k : {"split", "acc", "stats"}) EXPECT_TRUE(st.both(k)) << k;
 }
 
+TEST(CpuTemplates, GroupNorm) {
+  Stats st = run_family(group_norm_cases(), "cpu.group_norm");
+  EXPECT_GT(st.ran, 60);
+  for (const char* k : {"split", "simd"}) EXPECT_TRUE(st.both(k)) << k;
+}
+
+TEST(CpuTemplates, BatchNorm) {
+  Stats st = run_family(batch_norm_cases(), "cpu.batch_norm");
+  EXPECT_GT(st.ran, 40);
+  EXPECT_TRUE(st.both("simd"));
+  // Training with running statistics writes the call's inputs: eager's.
+  OpCall rs = cpu_call(OpId::kBatchNorm, {2, 4, 3, 3}, {{"training", true}, {"running", true}});
+  for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(rs).empty()) << t->name();
+  // The CPU's eval statistics are empty tensors, in the input's dtype.
+  OpCall ev = cpu_call(OpId::kBatchNorm, {2, 4, 3, 3}, {{"training", false}});
+  ASSERT_EQ(ev.outputs.size(), 3u);
+  EXPECT_EQ(ev.outputs[1].numel(), 0);
+  EXPECT_EQ(ev.outputs[2].dtype, DType::kF32);
+}
+
+TEST(CpuTemplates, Scan) {
+  Stats st = run_family(scan_cases(), "cpu.scan");
+  EXPECT_GT(st.ran, 150);
+  for (const char* k : {"acc", "simd"}) EXPECT_TRUE(st.both(k)) << k;
+  // A cumsum into another dtype stays eager's.
+  OpCall f64 = cpu_call(OpId::kCumsum, {4, 8}, {{"dim", 1}, {"dtype", "f64"}});
+  for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(f64).empty()) << t->name();
+}
+
+TEST(CpuTemplates, Pool) {
+  Stats st = run_family(pool_cases(), "cpu.pool");
+  EXPECT_GT(st.ran, 0);
+}
+
 TEST(CpuTemplates, LayerNormBackward) {
   Stats st = run_family(layer_norm_backward_cases(), "cpu.layer_norm_backward");
   EXPECT_GT(st.ran, 150);
@@ -179,7 +321,7 @@ TEST(CpuTemplates, LayerNormBackward) {
 // and the source passes the static check. Up to 160 settings per call, no compiling.
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
-  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases})
+  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
     for (auto& c : softmax_cases(bw)) all.push_back(std::move(c));

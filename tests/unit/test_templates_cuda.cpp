@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "evolve/propose/proposer.h"
+#include "tests/unit/plain_calls.h"
 #include "evolve/verify/static_check.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
@@ -60,6 +61,10 @@ std::vector<Case> cases() {
   v.push_back({OpId::kGelu, {64, 33}, DType::kF16, {{"approximate", "tanh"}}, 3});
   v.push_back({OpId::kRelu, {3, 5}, DType::kBF16, none, 3});
   v.push_back({OpId::kSilu, {1025}, DType::kF16, none, 3});
+  for (OpId op : {OpId::kLeakyRelu, OpId::kElu, OpId::kHardtanh, OpId::kHardsigmoid, OpId::kHardswish, OpId::kSoftplus,
+                  OpId::kMish, OpId::kLeakyReluBackward, OpId::kEluBackward, OpId::kHardtanhBackward,
+                  OpId::kHardsigmoidBackward, OpId::kHardswishBackward, OpId::kSoftplusBackward, OpId::kMishBackward})
+    v.push_back({op, {257, 3}, op == OpId::kMish ? DType::kBF16 : DType::kF32, none, 2});
   for (OpId op : {OpId::kReluBackward, OpId::kSiluBackward, OpId::kSigmoidBackward, OpId::kTanhBackward,
                   OpId::kGeluBackward}) {
     v.push_back({op, {513, 7}, DType::kF32, none, 6});
@@ -88,9 +93,45 @@ std::vector<Case> cases() {
     v.push_back({OpId::kLayerNormBackward, {1, 64, 256, 256}, DType::kF32,
                  {{"normalized_shape", {64, 256, 256}}, {"output_mask", mask}}});
   }
+  // Group norm: the split shape, U-Net shapes, odd ones; bf16/f16 with their own and fp32 params.
+  v.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6});
+  v.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 6});
+  v.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, {{"group", 32}, {"param_dtype", "f32"}}, 3});
+  v.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, {{"group", 32}}, 3});
+  v.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF16, {{"group", 3}, {"affine", false}}, 3});
+  v.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}});
+  // Batch norm: instance norm as (1, N*C, H, W) training without running stats, bf16 eval with
+  // fp32 parameters, odd shapes.
+  const json bn_train = {{"training", true}, {"running", false}, {"affine", false}};
+  v.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, bn_train, 6});
+  v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", true}, {"running", false}}, 3});
+  v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}, 3});
+  v.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF16, {{"training", false}, {"affine", false}}});
+  v.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kF32, {{"training", true}, {"running", false}}});
+  // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override.
+  const json p3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
+  v.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}, 6});
+  v.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, DType::kBF16, p3, 3});
+  v.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 6});
+  v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3});
+  v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}});
+  v.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}});
+  v.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                              {"ceil_mode", true}, {"count_include_pad", false}}});
   v.push_back({OpId::kLayerNormBackward, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 6});
   v.push_back({OpId::kLayerNormBackward, {33, 131}, DType::kF32, {{"normalized_shape", {131}}, {"affine", false},
                                                                    {"output_mask", {1, 0, 0}}}});
+  // Scans: rows (inner 1, split by default for few long rows) and strided columns (split along L).
+  for (OpId op : {OpId::kCumsum, OpId::kCumprod, OpId::kLogcumsumexp}) {
+    v.push_back({op, {33, 1000}, DType::kF32, {{"dim", -1}}, 6});
+    v.push_back({op, {128, 262144}, DType::kF32, {{"dim", -1}}, 6});
+    v.push_back({op, {32768, 1024}, DType::kF32, {{"dim", 0}}, 6});
+    for (auto s : Sizes{{1}, {5, 3, 17}, {9, 1}}) v.push_back({op, s, DType::kF32, {{"dim", 0}}});
+    v.push_back({op, {5, 3, 17}, DType::kF32, {{"dim", 1}}});
+    v.push_back({op, {64, 130}, DType::kBF16, {{"dim", 1}}, 3});
+    v.push_back({op, {4096, 64}, DType::kF16, {{"dim", 0}}, 3});
+  }
+  v.push_back({OpId::kCumsum, {6, 50}, DType::kF32, {{"dim", 1}, {"dtype", "f32"}}});
   return v;
 }
 
@@ -139,9 +180,14 @@ std::vector<Knobs> sample(const std::vector<KnobDim>& sp, uint64_t seed, int n) 
   return out;
 }
 
+Case plain_case(const OpInfo& info) {
+  PlainCall p = plain_call(info, 8, 64);
+  return {info.id, p.sizes, DType::kF32, p.args};
+}
+
 TEST(TemplatesCuda, EveryOpHasExactlyOneCudaTemplate) {
   for (const auto& info : all_ops()) {
-    Case k{info.id, {8, 64}, DType::kF32, json::object()};
+    Case k = plain_case(info);
     OpCall c = call_of(k);
     const Template* t = cuda_template_for(c);
     ASSERT_NE(t, nullptr) << info.name;
@@ -149,7 +195,7 @@ TEST(TemplatesCuda, EveryOpHasExactlyOneCudaTemplate) {
     auto fams = templates_for(c);
     EXPECT_NE(std::find(fams.begin(), fams.end(), t), fams.end()) << info.name;
     // A CPU call is never claimed by a CUDA template.
-    auto cpu = make_call(info.id, {8, 64}, DType::kF32, BackendKind::kCpu);
+    auto cpu = make_call(info.id, k.sizes, DType::kF32, BackendKind::kCpu, k.args);
     ASSERT_TRUE(cpu.is_ok());
     for (const Template* ct : cuda_templates()) EXPECT_TRUE(ct->space(cpu.value()).empty()) << ct->name();
   }
@@ -160,15 +206,22 @@ TEST(TemplatesCuda, UnhandledCallsHaveAnEmptySpace) {
     for (const Template* t : cuda_templates()) EXPECT_TRUE(t->space(c).empty()) << t->name() << ": " << why;
   };
   for (const auto& info : all_ops()) {
-    OpCall c = call_of({info.id, {8, 64}, DType::kF32, json::object()});
+    const Case k = plain_case(info);
+    OpCall c = call_of(k);
     OpCall misaligned = c;
     misaligned.inputs[0].align = 8;
     none_claims(misaligned, std::string(info.name) + " with an 8-byte aligned input");
-    OpCall strided = c;
-    strided.inputs[0].strides = {1, 8};
+    OpCall strided = c;   // the last two dims transposed
+    auto& st = strided.inputs[0].strides;
+    const size_t nd = st.size();
+    st[nd - 1] = strided.inputs[0].sizes[nd - 2];
+    st[nd - 2] = 1;
     none_claims(strided, std::string(info.name) + " with a transposed input");
-    none_claims(call_of({info.id, {8, 64}, DType::kF64, json::object()}), std::string(info.name) + " in f64");
-    none_claims(call_of({info.id, {0, 64}, DType::kF32, json::object()}), std::string(info.name) + " empty");
+    none_claims(call_of({info.id, k.sizes, DType::kF64, k.args}), std::string(info.name) + " in f64");
+    std::vector<int64_t> empty = k.sizes;
+    empty[0] = 0;
+    auto e = make_call(info.id, empty, DType::kF32, BackendKind::kCuda, k.args);   // may be refused
+    if (e.is_ok()) none_claims(e.value(), std::string(info.name) + " empty");
   }
   none_claims(call_of({OpId::kSoftmax, {8, 64}, DType::kF32, {{"dim", 0}}}), "softmax over dim 0");
   none_claims(call_of({OpId::kLogSoftmaxBackward, {8, 64, 2}, DType::kF32, {{"dim", -2}}}), "inner size 2");
@@ -178,6 +231,7 @@ TEST(TemplatesCuda, UnhandledCallsHaveAnEmptySpace) {
   none_claims(h2f, "half_to_float");
   none_claims(call_of({OpId::kLayerNorm, {8, 64}, DType::kF16, json::object()}), "layer norm in f16");
   none_claims(call_of({OpId::kGelu, {8}, DType::kF32, {{"approximate", "erf"}}}), "unknown gelu approximation");
+  none_claims(call_of({OpId::kCumsum, {8, 64}, DType::kF32, {{"dim", 1}, {"dtype", "f64"}}}), "cumsum into f64");
 }
 
 TEST(TemplatesCuda, KnobsOutsideTheSpaceOrOverBudgetAreUnsupported) {
@@ -239,6 +293,44 @@ TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   EXPECT_EQ(r->launch.dump().find("ptr:weight"), std::string::npos);
   EXPECT_EQ(r->launch["launches"].size(), 2u);
   EXPECT_TRUE(r->launch.contains("scratch"));
+
+  // Group norm: few long rows default to the split passes; absent parameters are never named.
+  OpCall gn = call_of({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}, {"affine", false}}});
+  auto gr = cuda_template_for(gn)->render(gn, {});
+  ASSERT_TRUE(gr.is_ok()) << gr.status().to_string();
+  EXPECT_GT(gr->knobs.at("split"), 0) << "128 rows of 512K elements should default to the split strategy";
+  EXPECT_EQ(gr->launch["launches"].size(), 2u);
+  EXPECT_TRUE(gr->launch.contains("scratch"));
+  EXPECT_EQ(gr->launch.dump().find("ptr:weight"), std::string::npos);
+  EXPECT_EQ(gr->launch.dump().find("ptr:bias"), std::string::npos);
+  OpCall gn_small = call_of({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, {{"group", 32}}});
+  auto gs = cuda_template_for(gn_small)->render(gn_small, {});
+  ASSERT_TRUE(gs.is_ok()) << gs.status().to_string();
+  EXPECT_EQ(gs->knobs.at("split"), 0);
+  EXPECT_NE(gs->launch.dump().find("ptr:weight"), std::string::npos);
+  // A vector never straddles two channels: vec divides HxW (here 5 * 5 = 25: only vec 1).
+  OpCall gn_odd = call_of({OpId::kGroupNorm, {2, 8, 5, 5}, DType::kF32, {{"group", 2}}});
+  EXPECT_EQ(cuda_template_for(gn_odd)->render(gn_odd, {{"vec", 4}}).status().code(), Code::kUnsupported);
+
+  // Batch norm: training is stats + finalize + apply with scratch; eval one pass writing
+  // save_mean / save_invstd ([C] fp32 on CUDA); training with running stats is eager's.
+  OpCall bn = call_of({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", true}, {"running", false}}});
+  auto br = cuda_template_for(bn)->render(bn, {});
+  ASSERT_TRUE(br.is_ok()) << br.status().to_string();
+  EXPECT_EQ(br->launch["launches"].size(), 3u);
+  EXPECT_TRUE(br->launch.contains("scratch"));
+  EXPECT_GE(br->knobs.at("bpc") * 64, 4 * 132);
+  OpCall be = call_of({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}});
+  ASSERT_EQ(be.outputs[1].numel(), 64);
+  EXPECT_EQ(be.outputs[1].dtype, DType::kF32);
+  auto ber = cuda_template_for(be)->render(be, {});
+  ASSERT_TRUE(ber.is_ok()) << ber.status().to_string();
+  EXPECT_EQ(ber->launch["launches"].size(), 1u);
+  EXPECT_NE(ber->launch.dump().find("ptr:running_var"), std::string::npos);
+  OpCall bn_rs = call_of({OpId::kBatchNorm, {16, 64, 32, 32}, DType::kBF16, {{"training", true}, {"running", true}}});
+  for (const Template* t : cuda_templates()) EXPECT_TRUE(t->space(bn_rs).empty()) << t->name();
+  OpCall bn_odd = call_of({OpId::kBatchNorm, {3, 5, 7}, DType::kF32, {{"training", true}, {"running", false}}});
+  EXPECT_EQ(cuda_template_for(bn_odd)->render(bn_odd, {{"vec", 4}}).status().code(), Code::kUnsupported);
 
   OpCall gi_only = call_of({OpId::kLayerNormBackward, {8, 64}, DType::kF32, {{"output_mask", {1, 0, 0}}}});
   auto g = cuda_template_for(gi_only)->render(gi_only, {});

@@ -1,0 +1,115 @@
+// Max and average pooling, 2d and 3d, schema half: the call from a shape (a 2-wide window, stride
+// = kernel, no padding by default; JSON overrides each scalar) and its outputs, with ATen's shape
+// checks (pool.h pool_geometry) so a call eager would refuse is refused here too.
+#include "evolve/ops/pool.h"
+
+#include "evolve/ops/family.h"
+
+namespace kc::evolve {
+namespace {
+
+bool is_max(OpId op) { return op == OpId::kMaxPool2d || op == OpId::kMaxPool3d; }
+int spatial_dims(OpId op) { return op == OpId::kMaxPool3d || op == OpId::kAvgPool3d ? 3 : 2; }
+Status invalid(const std::string& m) { return Status::error(Code::kInvalid, m); }
+
+// An int list argument from JSON: a list as given, a single int as a one-element list.
+std::vector<int64_t> list_of(const nlohmann::json& args, const char* name, std::vector<int64_t> dflt) {
+  if (!args.contains(name)) return dflt;
+  const auto& v = args[name];
+  if (v.is_number_integer()) return {v.get<int64_t>()};
+  return v.get<std::vector<int64_t>>();
+}
+
+Status make_pool(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
+  c.inputs = {dense_meta("self", sizes, dt)};
+  const std::vector<int64_t> k = list_of(args, "kernel_size", {2});
+  c.scalars = {{"kernel_size", k}, {"stride", list_of(args, "stride", k)}, {"padding", list_of(args, "padding", {0})}};
+  if (is_max(op)) {
+    c.scalars.push_back({"dilation", list_of(args, "dilation", {1})});
+    c.scalars.push_back({"ceil_mode", args.value("ceil_mode", false)});
+    return Status::ok();
+  }
+  c.scalars.push_back({"ceil_mode", args.value("ceil_mode", false)});
+  c.scalars.push_back({"count_include_pad", args.value("count_include_pad", true)});
+  // divisor_override: None is the string "none" (kernel_cache/key.h), a value is an int.
+  if (args.contains("divisor_override") && args["divisor_override"].is_number_integer())
+    c.scalars.push_back({"divisor_override", args["divisor_override"].get<int64_t>()});
+  else
+    c.scalars.push_back({"divisor_override", std::string("none")});
+  return Status::ok();
+}
+
+// One axis' value of an ATen int list: one value for every axis, or one per axis; an empty list
+// is `empty` (stride: the kernel). false when the length fits neither.
+bool axis_values(const std::vector<int64_t>& v, int nd, const int64_t* empty, int64_t out[3]) {
+  if (v.empty() && empty) {
+    for (int a = 0; a < 3; ++a) out[a] = empty[a];
+    return true;
+  }
+  if (v.size() != 1 && v.size() != static_cast<size_t>(nd)) return false;
+  for (int a = 0; a < nd; ++a) out[3 - nd + a] = v.size() == 1 ? v[0] : v[a];
+  return true;
+}
+
+Result<std::vector<TensorMeta>> pool_outputs(const OpCall& c) {
+  auto g = pool_geometry(c);
+  if (!g.is_ok()) return g.status();
+  const TensorMeta& x = c.inputs[0];
+  std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.end() - g->nd);
+  for (int a = 3 - g->nd; a < 3; ++a) sizes.push_back(g->out[a]);
+  std::vector<TensorMeta> out = {dense_meta("out0", sizes, x.dtype)};
+  if (g->max) out.push_back(dense_meta("out1", sizes, DType::kI64));
+  return out;
+}
+
+}  // namespace
+
+int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil) {
+  const int64_t num = in + 2 * pad - dil * (k - 1) - 1 + (ceil ? stride - 1 : 0);
+  int64_t o = (num >= 0 ? num / stride : -((-num + stride - 1) / stride)) + 1;   // floor division
+  if (ceil && (o - 1) * stride >= in + pad) --o;
+  return o;
+}
+
+Result<PoolGeom> pool_geometry(const OpCall& c) {
+  PoolGeom g;
+  g.max = is_max(c.op);
+  g.nd = spatial_dims(c.op);
+  if (c.inputs.empty() || !c.inputs[0].defined) return invalid("pooling needs self");
+  const TensorMeta& x = c.inputs[0];
+  const int nd = static_cast<int>(x.sizes.size());
+  if (nd != g.nd + 1 && nd != g.nd + 2) return invalid("pooling input must be (C, spatial) or (N, C, spatial)");
+  g.batched = nd == g.nd + 2;
+  for (int a = g.batched ? 1 : 0; a < nd; ++a)
+    if (x.sizes[a] <= 0) return invalid("pooling input has an empty non-batch dimension");
+  g.planes = 1;
+  for (int a = 0; a < nd - g.nd; ++a) g.planes *= x.sizes[a];
+  for (int a = 0; a < g.nd; ++a) g.in[3 - g.nd + a] = x.sizes[nd - g.nd + a];
+  const int64_t one[3] = {1, 1, 1};
+  if (!axis_values(c.list_arg("kernel_size"), g.nd, nullptr, g.k)) return invalid("kernel_size");
+  if (!axis_values(c.list_arg("stride"), g.nd, g.k, g.s)) return invalid("stride");
+  if (!axis_values(c.list_arg("padding"), g.nd, nullptr, g.p)) return invalid("padding");
+  if (g.max && !axis_values(c.list_arg("dilation"), g.nd, one, g.d)) return invalid("dilation");
+  g.ceil = c.int_arg("ceil_mode", 0) != 0;
+  if (!g.max) {
+    g.count_include_pad = c.int_arg("count_include_pad", 1) != 0;
+    const ScalarArg* dv = c.scalar("divisor_override");
+    if (dv && std::holds_alternative<int64_t>(dv->value)) {
+      g.divisor = std::get<int64_t>(dv->value);
+      if (g.divisor == 0) return invalid("divisor_override must not be zero");
+    }
+  }
+  for (int a = 0; a < 3; ++a) {
+    if (g.k[a] <= 0 || g.s[a] <= 0 || g.d[a] <= 0) return invalid("kernel, stride and dilation must be positive");
+    if (g.p[a] < 0 || g.p[a] > g.k[a] / 2) return invalid("padding must be at most half the kernel");
+    g.out[a] = pool_out_size(g.in[a], g.k[a], g.p[a], g.s[a], g.d[a], g.ceil);
+    if (g.out[a] < 1) return invalid("pooling output would be empty");
+    if (g.in[a] > INT32_MAX || g.k[a] > INT32_MAX || g.s[a] > INT32_MAX || g.d[a] > INT32_MAX)
+      return invalid("pooling sizes must fit int32");
+  }
+  return g;
+}
+
+extern const FamilySchema kPoolSchema{&make_pool, &pool_outputs};
+
+}  // namespace kc::evolve

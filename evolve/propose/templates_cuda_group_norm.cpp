@@ -1,0 +1,315 @@
+// CUDA group norm template (cuda.group_norm): native_group_norm forward.
+// Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
+//
+// Rows are (n, g): M = N * group rows of L = C / group * HxW contiguous elements, each row made of
+// C / group channel planes of HxW elements. Two strategies (knob "split"):
+//   split = 0: a group of threads (a warp, or the whole block) per row, as in cuda.layer_norm:
+//     statistics from registers (regs = 1, corrected two-pass) or streamed (Welford), then the
+//     row is normalised in the same launch.
+//   split = S > 0, for few long rows: launch 1 cuts every row into S chunks and writes each
+//     chunk's (mean, M2) into scratch; launch 2 is a pass over channel planes: every block owns a
+//     piece of one (n, c) plane, combines its row's S partials (Chan, fixed order, so all blocks
+//     of a row agree bit for bit), and applies y = x * a + b' with a = rstd * w[c] and
+//     b' = b[c] - mean * a computed once for the block. The first block of each row writes its
+//     mean and rstd.
+// Statistics are fp32; the input is read through VEC-wide vectors, which requires VEC | HxW so
+// that a vector never straddles two channels.
+#include "evolve/propose/templates_cuda_common.h"
+
+namespace kc::evolve {
+namespace {
+
+using namespace cuda_tpl;
+using nlohmann::json;
+
+// Vectors a thread normalises in the plane pass (launch 2 of the split strategy).
+constexpr int64_t kApplyItems = 4;
+
+const char* kGnBody = R"CU(
+__device__ __forceinline__ void kc_vstats(const V& v, float& vm, float& vq) {
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) s += ld(v.v[e]);
+  vm = s * (1.f / VEC);
+  vq = 0.f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) { const float d = ld(v.v[e]) - vm; vq += d * d; }
+}
+// Per-channel affine folded into one multiply-add: y = x * a + c.
+__device__ __forceinline__ void kc_affine(long long ch, float mu, float rs, const PT* w, const PT* b, float& a, float& c) {
+  a = rs;
+  if constexpr (HAS_W) a = rs * ldp(w[ch]);
+  c = -mu * a;
+  if constexpr (HAS_B) c = ldp(b[ch]) - mu * a;
+}
+__device__ __forceinline__ V kc_apply(const V& v, float a, float c) {
+  V o;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) o.v[e] = st(fmaf(ld(v.v[e]), a, c));
+  return o;
+}
+// The channel of vector i = t, t + G, t + 2G, ... of a row of planes of hwv vectors, tracked
+// without a division per vector; the affine is reloaded only when the channel changes.
+struct KcChan {
+  int cl, rem, dq, dr, hwv, cur;
+  float a, c;
+  __device__ __forceinline__ KcChan(int t, int hv) : cl(t / hv), rem(t % hv), dq(G / hv), dr(G % hv), hwv(hv), cur(-1) {}
+  __device__ __forceinline__ void at(long long ch0, float mu, float rs, const PT* w, const PT* b) {
+    if (cl != cur) { cur = cl; kc_affine(ch0 + cl, mu, rs, w, b, a, c); }
+  }
+  __device__ __forceinline__ void next() {
+    cl += dq; rem += dr;
+    if (rem >= hwv) { rem -= hwv; ++cl; }
+  }
+};
+__device__ __forceinline__ long long kc_chunk(long long L, int S) { return ((L + S - 1) / S + VEC - 1) / VEC * VEC; }
+
+extern "C" __global__ void __launch_bounds__(NT) kc_group_norm(T* __restrict__ y, ST* __restrict__ mean,
+    ST* __restrict__ rstd, const T* __restrict__ x KC_WB_PARAMS, long long M, int L, int HW, int CPG, int GROUPS,
+    float eps) {
+  KC_WB_LOCALS
+  __shared__ float sh[96];
+  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
+  if (row >= M) return;   // whole warps only (G == 32); a block row always exists
+  const V* xv = reinterpret_cast<const V*>(x + row * L);
+  V* yv = reinterpret_cast<V*>(y + row * L);
+  const int nv = L / VEC;
+  const float fL = (float)L;
+  const long long ch0 = (row % GROUPS) * CPG;
+  KcChan ch(t, HW / VEC);
+  float mu, rs;
+  if constexpr (ITEMS > 0) {
+    // Corrected two-pass from registers: the mean, then the deviations' sum (fixes the mean's
+    // rounding) and squares.
+    V r[ITEMS > 0 ? ITEMS : 1];
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+      if (k * G + t < nv) {
+        r[k] = xv[k * G + t];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += ld(r[k].v[e]);
+      }
+    mu = kc_gsum(s, sh) / fL;
+    float sd = 0.f, q = 0.f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+      if (k * G + t < nv)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) { const float d = ld(r[k].v[e]) - mu; sd += d; q += d * d; }
+    kc_gsum2(sd, q, sh);
+    const float dm = sd / fL;
+    mu += dm;
+    rs = rsqrtf(fmaxf(q / fL - dm * dm, 0.f) + eps);
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+      if (k * G + t < nv) {
+        ch.at(ch0, mu, rs, w, b);
+        yv[k * G + t] = kc_apply(r[k], ch.a, ch.c);
+        ch.next();
+      }
+  } else {
+    KcW a{0.f, 0.f, 0.f};
+    for (int i = t; i < nv; i += G) {
+      float vm, vq;
+      kc_vstats(xv[i], vm, vq);
+      kc_wadd(a, (float)VEC, vm, vq);
+    }
+    kc_gwelford(a, sh);
+    mu = a.m;
+    rs = rsqrtf(fmaxf(a.q / fL, 0.f) + eps);
+    for (int i = t; i < nv; i += G) {
+      ch.at(ch0, mu, rs, w, b);
+      yv[i] = kc_apply(xv[i], ch.a, ch.c);
+      ch.next();
+    }
+  }
+  if (t == 0) { mean[row] = sts(mu); rstd[row] = sts(rs); }
+}
+
+extern "C" __global__ void __launch_bounds__(NT) kc_group_norm_part(float* __restrict__ part, const T* __restrict__ x,
+                                                                    long long L, int S) {
+  __shared__ float sh[96];
+  const long long row = blockIdx.x / S;
+  const int c = blockIdx.x % S;
+  const long long C = kc_chunk(L, S);
+  const long long lo = c * C, hi = min(L, lo + C);
+  const V* xv = reinterpret_cast<const V*>(x + row * L);
+  KcW a{0.f, 0.f, 0.f};
+  for (long long i = lo / VEC + threadIdx.x; i < hi / VEC; i += NT) {
+    float vm, vq;
+    kc_vstats(xv[i], vm, vq);
+    kc_wadd(a, (float)VEC, vm, vq);
+  }
+  kc_gwelford(a, sh);
+  if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
+}
+
+// Grid: N * C planes times P pieces of KA * NT vectors each.
+extern "C" __global__ void __launch_bounds__(NT) kc_group_norm_apply(T* __restrict__ y, ST* __restrict__ mean,
+    ST* __restrict__ rstd, const T* __restrict__ x KC_WB_PARAMS, const float* __restrict__ part, int C, int HW,
+    int CPG, int S, int P, float eps) {
+  KC_WB_LOCALS
+  __shared__ float sh[96];
+  const long long plane = blockIdx.x / P;   // n * C + c
+  const int p = blockIdx.x % P, c = (int)(plane % C);
+  const long long row = plane / CPG;        // n * group + c / CPG, since C = group * CPG
+  const long long L = (long long)CPG * HW, K = kc_chunk(L, S);
+  const float* pr = part + 2 * row * S;
+  KcW a{0.f, 0.f, 0.f};
+  for (int q = threadIdx.x; q < S; q += NT) {
+    const long long n = min(K, max(0LL, L - q * K));
+    kc_wadd(a, (float)n, pr[2 * q], pr[2 * q + 1]);
+  }
+  kc_gwelford(a, sh);
+  const float mu = a.m, rs = rsqrtf(fmaxf(a.q / (float)L, 0.f) + eps);
+  if (c % CPG == 0 && p == 0 && threadIdx.x == 0) { mean[row] = sts(mu); rstd[row] = sts(rs); }
+  float fa, fc;
+  kc_affine(c, mu, rs, w, b, fa, fc);
+  const V* xv = reinterpret_cast<const V*>(x + plane * HW);
+  V* yv = reinterpret_cast<V*>(y + plane * HW);
+  const int hwv = HW / VEC;
+#pragma unroll
+  for (int k = 0; k < KA; ++k) {
+    const int i = (p * KA + k) * NT + (int)threadIdx.x;
+    if (i < hwv) yv[i] = kc_apply(xv[i], fa, fc);
+  }
+}
+)CU";
+
+struct GnGeom {
+  int64_t n = 0, c = 0, hw = 0, group = 0, m = 0, l = 0;   // m rows of l elements
+  DType x = DType::kF32, p = DType::kF32, s = DType::kF32;  // input, parameters, statistics
+  bool has_w = false, has_b = false;                           // weight / bias present
+};
+
+bool defined(const TensorMeta* t) { return t && t->defined; }
+
+// The call's geometry and dtypes; false when this template does not handle it.
+bool gn_geometry(const OpCall& c, GnGeom& g) {
+  if (c.backend != BackendKind::kCuda || c.op != OpId::kGroupNorm || !c.dense() || c.outputs.size() != 3) return false;
+  const TensorMeta* x = c.input("input");
+  if (!x || !x->defined || !elem_dtype(x->dtype) || x->numel() == 0) return false;
+  g.x = g.p = x->dtype;
+  g.n = c.int_arg("N", 0), g.c = c.int_arg("C", 0), g.hw = c.int_arg("HxW", 0), g.group = c.int_arg("group", 0);
+  if (g.n <= 0 || g.c <= 0 || g.hw <= 0 || g.group <= 0 || g.c % g.group != 0) return false;
+  if (g.n * g.c * g.hw != x->numel() || !c.scalar("eps")) return false;
+  g.m = g.n * g.group;
+  g.l = g.c / g.group * g.hw;
+  if (g.l > INT_MAX / 2 || g.m > INT_MAX || g.n * g.c > INT_MAX) return false;
+  const TensorMeta* w = c.input("weight");
+  const TensorMeta* b = c.input("bias");
+  g.has_w = defined(w), g.has_b = defined(b);
+  for (const TensorMeta* t : {w, b}) {
+    if (!defined(t)) continue;
+    if (t->numel() != g.c || (t->dtype != g.x && t->dtype != DType::kF32)) return false;
+    g.p = t->dtype;
+  }
+  if (g.has_w && g.has_b && w->dtype != b->dtype) return false;   // one parameter type
+  if (!c.outputs[0].defined || c.outputs[0].dtype != g.x || c.outputs[0].sizes != x->sizes) return false;
+  g.s = c.outputs[1].dtype;
+  if (g.s != g.x && g.s != DType::kF32) return false;
+  for (int i = 1; i < 3; ++i)
+    if (!c.outputs[i].defined || c.outputs[i].dtype != g.s || c.outputs[i].numel() != g.m) return false;
+  return true;
+}
+
+// Threads, rows, vec (must divide HxW: a vector stays in one channel), regs, split.
+std::vector<KnobDim> gn_space(const GnGeom& g) {
+  std::vector<KnobDim> sp;
+  auto vecs = vec_values(g.x, g.hw);
+  const int64_t vec = vecs.back();
+  const int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(g.l / vec, 8)), 32, 1024);
+  sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, nt)});
+  sp.push_back({"rows", with_default({1, 2, 4, 8}, nt == 32 ? 4 : 1)});
+  sp.push_back({"vec", with_default(vecs, vec)});
+  const bool fits = pow2_ceil(cdiv(g.l / vec, nt)) * vec <= reg_budget(nt == 32 ? 128 : nt);
+  sp.push_back({"regs", fits ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0, 1}});
+  auto splits = split_values(g.m, g.l);
+  if (splits.front() != 0) sp[0].values = with_default(sp[0].values, 256);   // block of the split kernels
+  sp.push_back({"split", splits});
+  return sp;
+}
+
+
+// Parameter and statistics types with their conversions, and the optional weight / bias
+// parameters (the launch spec may only name present tensors).
+std::string gn_types(const GnGeom& g) {
+  std::string s = std::string("typedef ") + ctype(g.s) + " ST;\n";
+  s += g.s == DType::kF32 ? "__device__ __forceinline__ ST sts(float v) { return v; }\n"
+                          : "__device__ __forceinline__ ST sts(float v) { return st(v); }\n";
+  return s + affine_prelude(g.p, g.has_w, g.has_b);
+}
+
+class GroupNormTemplate : public Template {
+ public:
+  const char* name() const override { return "cuda.group_norm"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
+
+  std::vector<KnobDim> space(const OpCall& c) const override {
+    GnGeom g;
+    return gn_geometry(c, g) ? gn_space(g) : std::vector<KnobDim>{};
+  }
+
+  Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
+    GnGeom g;
+    if (!gn_geometry(c, g)) return unsupported("cuda.group_norm does not handle this call");
+    auto kr = pick(gn_space(g), kin);
+    if (!kr.is_ok()) return kr.status();
+    Knobs k = kr.value();
+    const int64_t split = k["split"];
+    if (split > 0) {   // the split kernels stream their chunk, one block a chunk or plane piece
+      k["regs"] = 0;
+      k["rows"] = 1;
+    }
+    auto gr = row_geom(k, g.l);
+    if (!gr.is_ok()) return gr.status();
+    const RowGeom r = gr.value();
+    const std::string src = "// kernelcraft cuda.group_norm " + std::string(dtype_name(g.x)) + " params " +
+                            dtype_name(g.p) + " stats " + dtype_name(g.s) + "\n" + dtype_prelude(g.x) +
+                            row_consts(r) + "constexpr int KA = " + S(kApplyItems) + ";\n" + gn_types(g) +
+                            kGroupHelpers + kGnBody;
+    auto lr = launches(g, r, split);
+    if (!lr.is_ok()) return lr.status();
+    return make_candidate(name(), std::move(k), src, std::move(lr.value().first), std::move(lr.value().second));
+  }
+
+ private:
+  // The launch list and scratch of a setting. Sizes come from the call's scalars.
+  static Result<std::pair<json, json>> launches(const GnGeom& g, const RowGeom& r, int64_t split) {
+    const std::string Ms = "N * group", Ls = "C / group * HxW", Cpg = "C / group";
+    std::vector<std::string> wb;
+    if (g.has_w) wb.push_back("ptr:weight");
+    if (g.has_b) wb.push_back("ptr:bias");
+    auto cat = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    const std::vector<std::string> head = cat({"ptr:out0", "ptr:out1", "ptr:out2", "ptr:input"}, wb);
+    json ls = json::array();
+    if (split == 0) {
+      ls.push_back(launch("kc_group_norm", {row_grid(r, Ms)}, {r.g * r.rpb},
+                          cat(head, {"i64:" + Ms, "i32:" + Ls, "i32:HxW", "i32:" + Cpg, "i32:group", "f32:eps"})));
+      return std::make_pair(ls, json());
+    }
+    const int64_t pieces = cdiv(g.hw / r.vec, kApplyItems * r.g);
+    if (g.n * g.c * pieces > INT_MAX) return unsupported("too many plane pieces for one grid");
+    const std::string P = "ceil_div(HxW / " + S(r.vec) + ", " + S(kApplyItems * r.g) + ")";
+    const std::string blocks = Ms + " * " + S(split);
+    ls.push_back(launch("kc_group_norm_part", {blocks}, {r.g}, {"ptr:part", "ptr:input", "i64:" + Ls, "i32:" + S(split)}));
+    ls.push_back(launch("kc_group_norm_apply", {"N * C * " + P}, {r.g},
+                        cat(head, {"ptr:part", "i32:C", "i32:HxW", "i32:" + Cpg, "i32:" + S(split), "i32:" + P, "f32:eps"})));
+    json scratch = json::array({{{"name", "part"}, {"bytes", blocks + " * 8"}}});
+    return std::make_pair(ls, scratch);
+  }
+};
+
+}  // namespace
+
+const Template* cuda_group_norm_template() {
+  static const GroupNormTemplate t;
+  return &t;
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On the H200 machine: build, the CUDA template tests of the op families, then the single-op
+# benchmark rows (benchmarks/model_shapes.py) with an offline search per key. Logs to $OUT.
+#   OUT=... scripts/device_families.sh [DTYPES] [ONLY]
+set -uo pipefail
+DT=${1:-float32}; ONLY=${2:-single-op}
+export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
+B=build-gpu; CLI=$PWD/$B/torch_ops/kernelcraft; LIB=$PWD/$B/torch_ops/libkernelcraft.so
+t0=$(date +%s)
+timeout 240 bash -c "cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH=$PWD/.device-deps/usr -DPython3_EXECUTABLE=$(command -v python3) > $OUT/build.log 2>&1 && cmake --build $B -j 16 >> $OUT/build.log 2>&1" \
+  || { echo "BUILD FAILED"; grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+t=$(date +%s)
+timeout ${TPL_S:-120} $B/tests/kc_template_gpu_tests --gtest_brief=1 \
+  --gtest_filter="${TPL_FILTER:-Gpu.Unary:Gpu.UnaryBackward:Gpu.Scan:Gpu.GroupNorm:Gpu.Pool:Gpu.BatchNorm}" > $OUT/template_gpu.txt 2>&1
+echo "template gpu tests rc=$? ($(( $(date +%s) - t )) s)"; grep -E "FAILED|PASSED|checked" $OUT/template_gpu.txt | head -30
+t=$(date +%s)
+timeout ${MS_S:-300} python3 benchmarks/model_shapes.py --only "$ONLY" --dtypes "$DT" --modes fwd --out $OUT/ms --lib $LIB \
+  --cli $CLI --evolve-args "${EVOLVE_ARGS:---generations 2 --budget-s 12}" > $OUT/ms.log 2>&1
+echo "model_shapes rc=$? ($(( $(date +%s) - t )) s)"; tail -5 $OUT/ms.log; cat $OUT/ms/table.md 2>/dev/null | head -40
+for k in $($CLI --cache-dir $OUT/ms/cache --json cache ls 2>/dev/null | python3 -c 'import json,sys; [print(r["key"]) for r in json.load(sys.stdin)]'); do
+  $CLI --cache-dir $OUT/ms/cache search-state "$k" >> $OUT/search_states.txt 2>&1; done

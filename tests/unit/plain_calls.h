@@ -1,0 +1,37 @@
+// A plain, small call of every operator for the tests that loop over all of runtime/ops.def:
+// the lead tensor's sizes and the JSON arguments make_call needs for it (layer norm's
+// normalized shape, pooling's spatial dims, batch norm without running stats, since training
+// with them updates its inputs, which no template does).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/ops.h"
+
+namespace kc::evolve {
+
+struct PlainCall {
+  std::vector<int64_t> sizes;
+  nlohmann::json args = nlohmann::json::object();
+};
+
+// `rows` x `cols` where the family takes a matrix; the family's own rank elsewhere.
+inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
+  PlainCall p{{rows, cols}};
+  switch (info.family) {
+    case OpFamily::kLayerNorm:
+    case OpFamily::kLayerNormBackward: p.args["normalized_shape"] = {cols}; break;
+    case OpFamily::kBatchNorm: p.args["running"] = false; break;
+    case OpFamily::kGroupNorm: p.args["group"] = 2; p.sizes = {rows, 4, cols}; break;
+    case OpFamily::kPool:
+      p.sizes = info.id == OpId::kMaxPool3d || info.id == OpId::kAvgPool3d ? std::vector<int64_t>{2, 3, 4, 6, cols}
+                                                                           : std::vector<int64_t>{2, 3, rows, cols};
+      break;
+    default: break;
+  }
+  return p;
+}
+
+}  // namespace kc::evolve
