@@ -318,6 +318,14 @@ void Search::report(const Evaluation& e) {
   st_.tried.push_back(std::move(x));
 }
 
+bool Search::stop_if_out_of_time() {
+  if (st_.elapsed_s < opt_.key_budget_s || ranked().empty()) return false;
+  st_.pending.clear();
+  st_.finished = true;
+  st_.finish_reason = "per-key time budget";
+  return true;
+}
+
 void Search::end_generation(double eager_ms) {
   if (!st_.pending.empty()) return;   // interrupted: the generation resumes later
   auto r = ranked();

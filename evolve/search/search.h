@@ -77,6 +77,10 @@ class Search {
   // Closes the current generation: updates best / stagnation, decides whether to stop.
   void end_generation(double eager_ms);
   void add_elapsed(double s) { st_.elapsed_s += s; }
+  // Ends the search within a generation once its time is spent and something has passed (a key
+  // whose candidates take seconds each would otherwise overrun its budget by a whole generation);
+  // true when it did. The rest of the generation is dropped, not resumed.
+  bool stop_if_out_of_time();
   const SearchState& state() const { return st_; }
   const SearchOptions& options() const { return opt_; }
   // Passed evaluations, fastest first.

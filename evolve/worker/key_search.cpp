@@ -188,8 +188,9 @@ std::optional<EvolveResult> KeySearch::search_loop() {
       say(e.id + ": " + e.verdict + (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage));
       if (o_.on_step) o_.on_step(progress_of(search, res_.eager_ms));
       rest_after(verdict.value(), e, dt);
+      if (search.stop_if_out_of_time()) break;
     }
-    search.end_generation(res_.eager_ms);
+    if (!search.state().finished) search.end_generation(res_.eager_ms);
     persist();
   }
   say("search ended (" + search.state().finish_reason + ") after " + std::to_string(secs_since(t_run)) + " s");

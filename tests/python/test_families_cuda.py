@@ -25,6 +25,12 @@ CASES = [
     ("mish", "4096x4099", "bf16", {}, "F.mish(x)"),
     ("mish_backward", "4096x4099", "bf16", {}, None),
     ("elu_backward", "4096x4099", "f32", {}, None),
+    ("cumsum", "128x65536", "f32", {"dim": 1}, "torch.cumsum(x, 1)"),
+    ("cumsum", "8192x1024", "bf16", {"dim": 0}, "torch.cumsum(x, 0)"),
+    ("group_norm", "8x320x64x64", "f32", {"group": 32}, None),
+    ("batch_norm", "1x512x128x128", "f32", {"affine": False, "running": False}, None),
+    ("max_pool2d", "16x64x128x128", "bf16", {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}, None),
+    ("avg_pool3d", "8x32x32x64x64", "f32", {"kernel_size": [3, 3, 3], "stride": [2, 2, 2], "padding": [1, 1, 1]}, None),
 ]
 
 

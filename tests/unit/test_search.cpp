@@ -89,6 +89,29 @@ TEST(Search, StopsOnStagnation) {
   EXPECT_EQ(s.state().generation, 3);
 }
 
+// Slow candidates (256 MiB keys take seconds each) end the search inside its first generation once
+// the budget is spent and something passed; before that nothing stops it.
+TEST(Search, StopsWithinAGenerationWhenItsTimeIsSpent) {
+  SearchOptions o;
+  o.key_budget_s = 10;
+  Search s(relu_call(), o);
+  auto batch = s.next_batch();
+  ASSERT_GT(batch.size(), 3u);
+  Evaluation rejected = evaluate(batch[0]);
+  rejected.verdict = "rejected";
+  s.report(rejected);
+  s.add_elapsed(12);
+  EXPECT_FALSE(s.stop_if_out_of_time()) << "nothing has passed yet";
+  s.report(evaluate(batch[1]));
+  s.add_elapsed(4);
+  EXPECT_TRUE(s.stop_if_out_of_time());
+  EXPECT_TRUE(s.state().finished);
+  EXPECT_EQ(s.state().finish_reason, "per-key time budget");
+  EXPECT_TRUE(s.state().pending.empty());
+  EXPECT_TRUE(s.next_batch().empty());
+  EXPECT_EQ(s.state().tried.size(), 2u);
+}
+
 TEST(Search, ResumesFromSavedStateWithoutRepeating) {
   SearchOptions o;
   o.max_generations = 4;
