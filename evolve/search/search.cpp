@@ -36,7 +36,7 @@ Result<SearchOptions> search_options_from(const nlohmann::json& j) {
 nlohmann::json to_json(const Evaluation& e) {
   return {{"id", e.id}, {"family", e.family}, {"origin", e.origin}, {"knobs", e.knobs}, {"parents", e.parents},
           {"verdict", e.verdict}, {"stage", e.stage}, {"evidence", e.evidence}, {"median_ms", e.median_ms},
-          {"mad_ms", e.mad_ms}, {"generation", e.generation}};
+          {"mad_ms", e.mad_ms}, {"generation", e.generation}, {"at_s", e.at_s}};
 }
 
 Evaluation evaluation_from(const nlohmann::json& j) {
@@ -52,6 +52,7 @@ Evaluation evaluation_from(const nlohmann::json& j) {
   e.median_ms = j.value("median_ms", 0.0);
   e.mad_ms = j.value("mad_ms", 0.0);
   e.generation = j.value("generation", 0);
+  e.at_s = j.value("at_s", 0.0);   // absent in states written before it was recorded
   return e;
 }
 
@@ -316,6 +317,17 @@ void Search::report(const Evaluation& e) {
                                    [&](const nlohmann::json& p) { return p.value("id", "") == x.id; }),
                     st_.pending.end());
   st_.tried.push_back(std::move(x));
+}
+
+double Search::first_verified_s() const {
+  for (const auto& e : st_.tried)
+    if (e.passed()) return e.at_s;
+  return 0;
+}
+
+double Search::best_found_s() const {
+  auto r = ranked();
+  return r.empty() ? 0 : r.front()->at_s;
 }
 
 bool Search::stop_if_out_of_time() {

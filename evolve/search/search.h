@@ -41,6 +41,7 @@ struct Evaluation {
   nlohmann::json evidence = nlohmann::json::object();
   double median_ms = 0, mad_ms = 0;   // passed: verified median time of one call
   int generation = 0;
+  double at_s = 0;                // the search's elapsed time when it was decided (0: not recorded)
   bool passed() const { return verdict == "passed"; }
 };
 nlohmann::json to_json(const Evaluation& e);
@@ -85,6 +86,9 @@ class Search {
   const SearchOptions& options() const { return opt_; }
   // Passed evaluations, fastest first.
   std::vector<const Evaluation*> ranked() const;
+  // Seconds of search until the first verified candidate and until the best one (0: none yet).
+  double first_verified_s() const;
+  double best_found_s() const;
   const OpCall& call() const { return call_; }
   // Renders a tried or pending candidate again: a template's from its knobs (deterministic), a
   // free-form proposer's from the text the state keeps.

@@ -181,8 +181,9 @@ std::optional<EvolveResult> KeySearch::search_loop() {
       }
       Evaluation e = evaluation_of(c, verdict.value());
       const double dt = secs_since(t0);
-      search.report(e);
       search.add_elapsed(dt);
+      e.at_s = search.state().elapsed_s;
+      search.report(e);
       ++res_.evaluated;
       persist();
       say(e.id + ": " + e.verdict + (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage));
@@ -193,7 +194,9 @@ std::optional<EvolveResult> KeySearch::search_loop() {
     if (!search.state().finished) search.end_generation(res_.eager_ms);
     persist();
   }
-  say("search ended (" + search.state().finish_reason + ") after " + std::to_string(secs_since(t_run)) + " s");
+  say("search ended (" + search.state().finish_reason + ") after " + std::to_string(secs_since(t_run)) +
+      " s; first verified candidate at " + std::to_string(search.first_verified_s()) + " s, the best at " +
+      std::to_string(search.best_found_s()) + " s of search");
   return std::nullopt;
 }
 
@@ -274,6 +277,7 @@ Result<Record> KeySearch::promoted_record(const Evaluation& e, const Candidate& 
             {"verification", v},
             {"search", {{"generations", search.state().generation}, {"evaluated", search.state().tried.size()},
                         {"finish_reason", search.state().finish_reason}, {"elapsed_s", search.state().elapsed_s},
+                        {"first_verified_s", search.first_verified_s()}, {"best_found_s", search.best_found_s()},
                         {"refused", attempts_}}}};
   record_verdict_facts(r, v);
   if (disabled_) r.meta["disabled_before"] = disabled_->meta.value("disabled", nlohmann::json::object());

@@ -148,3 +148,19 @@ def test_configure_rejects_bad_json(fresh_cache):
     # still working afterwards
     torch.relu(torch.randn(3))
     assert status()["ops"]["relu"]["misses"] == 1
+
+
+def test_batch_norm_training_updates_running_stats_as_eager(fresh_cache):
+    """Training batch norm updates its running statistics in place: intercepted (a miss), the
+    update still happens, exactly as eager's."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 5, 6, 7)
+    got_m, got_v = torch.zeros(5), torch.ones(5)
+    y = F.batch_norm(x, got_m, got_v, training=True, momentum=0.3)
+    assert status()["ops"]["batch_norm"]["misses"] >= 1
+    want_m, want_v = torch.zeros(5), torch.ones(5)
+    want = eager(lambda t: F.batch_norm(t, want_m, want_v, training=True, momentum=0.3), x)
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+    torch.testing.assert_close(got_m, want_m, rtol=0, atol=0)
+    torch.testing.assert_close(got_v, want_v, rtol=0, atol=0)
+    assert not torch.equal(got_m, torch.zeros(5))

@@ -100,6 +100,280 @@ void batch_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
   }
 }
 
+void unary(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  const std::string approx = c.string_arg("approximate", "none");
+  const auto& x = b["self"];
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    double r = 0, s = 0;
+    switch (c.op) {
+      case OpId::kRelu: r = std::isnan(v) ? v : std::max(v, 0.0); break;
+      case OpId::kGelu:
+        if (approx == "tanh") r = 0.5 * v * (1 + std::tanh(kBeta * (v + kKappa * v * v * v)));
+        else r = 0.5 * v * (1 + std::erf(v * kSqrt1_2));
+        s = std::fabs(v);
+        break;
+      case OpId::kSilu: r = v * sigm(v); break;
+      case OpId::kSigmoid: r = sigm(v); break;
+      case OpId::kTanh: r = std::tanh(v); break;
+      case OpId::kLeakyRelu: r = v > 0 ? v : v * static_cast<float>(c.double_arg("negative_slope", 0.01)); break;
+      case OpId::kElu: {
+        const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
+        r = v <= 0 ? std::expm1(v * is) * al * sc : v * sc;
+        s = std::fabs(v * sc);
+        break;
+      }
+      case OpId::kHardtanh:
+        r = std::isnan(v) ? v : std::min(std::max(v, c.double_arg("min_val", -1)), c.double_arg("max_val", 1));
+        break;
+      case OpId::kHardsigmoid: r = std::isnan(v) ? v : std::min(std::max(v + 3, 0.0), 6.0) / 6; s = std::fabs(v); break;
+      case OpId::kHardswish: r = v * (std::isnan(v) ? v : std::min(std::max(v + 3, 0.0), 6.0)) / 6; s = v * v; break;
+      case OpId::kSoftplus: {
+        const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
+        r = v * be > th ? v : std::log1p(std::exp(v * be)) / be;
+        s = std::fabs(v);
+        break;
+      }
+      case OpId::kMish: r = v * std::tanh(std::log1p(std::exp(v))); s = std::fabs(v); break;
+      default: break;
+    }
+    e.ref[i] = r;
+    e.scale[i] = s + std::fabs(r);
+  }
+}
+
+void unary_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  const std::string approx = c.string_arg("approximate", "none");
+  const auto& g = b["grad_output"];
+  const auto& x = b[c.op == OpId::kSigmoidBackward || c.op == OpId::kTanhBackward ? "output"
+                    : c.op == OpId::kEluBackward                                   ? "self_or_result"
+                                                                                   : "self"];
+  const double th = c.double_arg("threshold", 0);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gv = g[i], v = x[i], ag = std::fabs(gv);
+    double r = 0, s = 0;
+    switch (c.op) {
+      case OpId::kReluBackward: r = v <= static_cast<double>(static_cast<float>(th)) ? 0 : gv; break;
+      case OpId::kGeluBackward:
+        if (approx == "tanh") {
+          const double t = std::tanh(kBeta * (v + kKappa * v * v * v));
+          const double id = kBeta * (1 + 3 * kKappa * v * v);
+          r = gv * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * id);
+          s = ag * (1 + 0.5 * std::fabs(v) * id);
+        } else {
+          const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
+          r = gv * (0.5 * (1 + std::erf(v * kSqrt1_2)) + v * pdf);
+          s = ag * (1 + std::fabs(v) * pdf * (1 + v * v));
+        }
+        break;
+      case OpId::kSiluBackward: {
+        const double sg = sigm(v);
+        r = gv * sg * (1 + v * (1 - sg));
+        s = ag * sg * (1 + std::fabs(v));
+        break;
+      }
+      case OpId::kSigmoidBackward: r = gv * (1 - v) * v; break;
+      case OpId::kTanhBackward:
+        r = gv * (1 - v * v);
+        s = ag * (1 + v * v);
+        break;
+      case OpId::kLeakyReluBackward: r = v > 0 ? gv : gv * static_cast<float>(c.double_arg("negative_slope", 0.01)); break;
+      case OpId::kEluBackward: {
+        const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
+        if (c.int_arg("is_result", 0)) r = v <= 0 ? gv * is * (v + al * sc) : gv * sc;
+        else r = v <= 0 ? gv * is * al * sc * std::exp(v * is) : gv * sc;
+        s = ag * (std::fabs(sc) + std::fabs(is * (std::fabs(v) + al * sc)));
+        break;
+      }
+      case OpId::kHardtanhBackward:
+        r = (v <= c.double_arg("min_val", -1) || v >= c.double_arg("max_val", 1)) ? 0 : gv;
+        break;
+      case OpId::kHardsigmoidBackward: r = (v > -3 && v < 3) ? gv / 6 : 0; break;
+      case OpId::kHardswishBackward: r = v < -3 ? 0 : (v <= 3 ? gv * (v / 3 + 0.5) : gv); s = ag; break;
+      case OpId::kSoftplusBackward: {
+        const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
+        r = v * be > th ? gv : gv * sigm(v * be);
+        s = ag;
+        break;
+      }
+      case OpId::kMishBackward: {
+        const double sg = sigm(v), t = std::tanh(std::log1p(std::exp(v)));
+        r = gv * (t + v * sg * (1 - t * t));
+        s = ag * (1 + std::fabs(v));
+        break;
+      }
+      default: break;
+    }
+    e.ref[i] = r;
+    e.scale[i] = s + std::fabs(r);
+  }
+}
+
+void softmax(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  e.k = 16;
+  const auto& x = b["self"];
+  const int64_t n = c.input("self")->sizes.back(), rows = static_cast<int64_t>(x.size()) / n;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = &x[r * n];
+    bool nan = false;
+    double m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < n; ++j) nan |= std::isnan(xr[j]), m = std::max(m, static_cast<double>(xr[j]));
+    for (int64_t j = 0; j < n; ++j) s += std::exp(xr[j] - m);
+    for (int64_t j = 0; j < n; ++j) {
+      double v = c.op == OpId::kSoftmax ? std::exp(xr[j] - m) / s : (xr[j] - m) - std::log(s);
+      if (nan) v = NAN;
+      e.ref[r * n + j] = v;
+      e.scale[r * n + j] = c.op == OpId::kSoftmax ? std::fabs(v) : std::fabs(xr[j] - m) + std::log(s) + std::fabs(v);
+    }
+  }
+}
+
+void softmax_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  e.k = 16;
+  const auto& g = b["grad_output"];
+  const auto& y = b["output"];
+  const int64_t n = c.input("output")->sizes.back(), rows = static_cast<int64_t>(g.size()) / n;
+  for (int64_t r = 0; r < rows; ++r) {
+    double s = 0, sa = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double t = c.op == OpId::kSoftmaxBackward ? static_cast<double>(g[r * n + j]) * y[r * n + j] : g[r * n + j];
+      s += t;
+      sa += std::fabs(t);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double gv = g[r * n + j], yv = y[r * n + j];
+      if (c.op == OpId::kSoftmaxBackward) {
+        e.ref[r * n + j] = yv * (gv - s);
+        e.scale[r * n + j] = std::fabs(yv) * (std::fabs(gv) + sa);
+      } else {
+        e.ref[r * n + j] = gv - std::exp(yv) * s;
+        e.scale[r * n + j] = std::fabs(gv) + std::exp(yv) * sa;
+      }
+    }
+  }
+}
+
+void layer_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  for (auto& x : out) x.k = 16;
+  const auto& x = b["input"];
+  const int64_t rows = c.outputs[1].numel(), n = static_cast<int64_t>(x.size()) / rows;
+  const bool hw = c.input("weight")->defined, hb = c.input("bias")->defined;
+  const double eps = c.double_arg("eps", 1e-5);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = &x[r * n];
+    double s = 0, sa = 0, q = 0;
+    for (int64_t j = 0; j < n; ++j) s += xr[j], sa += std::fabs(xr[j]);
+    const double mu = s / n;
+    for (int64_t j = 0; j < n; ++j) q += (xr[j] - mu) * (xr[j] - mu);
+    const double rstd = 1.0 / std::sqrt(q / n + eps);
+    out[1].ref[r] = mu;
+    out[1].scale[r] = sa / n;
+    out[2].ref[r] = rstd;
+    out[2].scale[r] = rstd;
+    for (int64_t j = 0; j < n; ++j) {
+      const double w = hw ? b["weight"][j] : 1.0, bb = hb ? b["bias"][j] : 0.0;
+      const double v = (xr[j] - mu) * rstd * w + bb;
+      e.ref[r * n + j] = v;
+      e.scale[r * n + j] = (std::fabs(xr[j]) + std::fabs(mu)) * rstd * std::fabs(w) + std::fabs(bb) + std::fabs(v);
+    }
+  }
+}
+
+// layer norm's bounds over (n, g) rows, per-channel affine
+void group_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  for (auto& x : out) x.k = 16;
+  const auto& x = b["input"];
+  const int64_t rows = c.outputs[1].numel(), n = static_cast<int64_t>(x.size()) / rows;
+  const int64_t hw = c.int_arg("HxW", 1), groups = c.int_arg("group", 1), cpg = n / hw;
+  const bool hw_ = c.input("weight")->defined, hb = c.input("bias")->defined;
+  const double eps = c.double_arg("eps", 1e-5);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = &x[r * n];
+    double s = 0, sa = 0, q = 0;
+    for (int64_t j = 0; j < n; ++j) s += xr[j], sa += std::fabs(xr[j]);
+    const double mu = s / n;
+    for (int64_t j = 0; j < n; ++j) q += (xr[j] - mu) * (xr[j] - mu);
+    const double rstd = 1.0 / std::sqrt(q / n + eps);
+    out[1].ref[r] = mu;
+    out[1].scale[r] = sa / n;
+    out[2].ref[r] = rstd;
+    out[2].scale[r] = rstd;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t ch = (r % groups) * cpg + j / hw;
+      const double w = hw_ ? b["weight"][ch] : 1.0, bb = hb ? b["bias"][ch] : 0.0;
+      const double v = (xr[j] - mu) * rstd * w + bb;
+      e.ref[r * n + j] = v;
+      e.scale[r * n + j] = (std::fabs(xr[j]) + std::fabs(mu)) * rstd * std::fabs(w) + std::fabs(bb) + std::fabs(v);
+    }
+  }
+}
+
+void layer_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  for (auto& x : out) x.k = 16;
+  const auto& g = b["grad_out"];
+  const auto& x = b["input"];
+  const int64_t rows = c.input("mean")->numel(), n = static_cast<int64_t>(x.size()) / rows;
+  const bool hw = c.input("weight")->defined;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double mu = b["mean"][r], rs = b["rstd"][r];
+    double a = 0, bsum = 0, aa = 0, ba = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const double wg = g[r * n + j] * (hw ? b["weight"][j] : 1.0), xh = (x[r * n + j] - mu) * rs;
+      a += wg, bsum += wg * xh, aa += std::fabs(wg), ba += std::fabs(wg * xh);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t i = r * n + j;
+      const double wg = g[i] * (hw ? b["weight"][j] : 1.0), xh = (x[i] - mu) * rs;
+      const double xs = (std::fabs(x[i]) + std::fabs(mu)) * rs;
+      if (c.outputs[0].defined) {
+        out[0].ref[i] = rs * (wg - a / n - xh * bsum / n);
+        out[0].scale[i] = rs * (std::fabs(wg) + aa / n + xs * ba / n) + std::fabs(out[0].ref[i]);
+      }
+      if (c.outputs[1].defined) out[1].ref[j] += g[i] * xh, out[1].scale[j] += std::fabs(g[i]) * xs;
+      if (c.outputs[2].defined) out[2].ref[j] += g[i], out[2].scale[j] += std::fabs(g[i]);
+    }
+  }
+}
+
+void scan(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  Expect& e = out[0];
+  // Inclusive scans along dim, in order, in double. Scales follow the error of an fp32 fold of
+  // j + 1 terms with g = sqrt(j + 1): cumsum g * sum |x|; cumprod (2g + 1) |y| (relative);
+  // logcumsumexp |max| + g * (1 + |y|) (every log-domain step rounds |y|).
+  e.k = 16;
+  const auto& x = b["self"];
+  const auto& sz = c.input("self")->sizes;
+  const int64_t nd = static_cast<int64_t>(sz.size());
+  int64_t dim = c.int_arg("dim", -1);
+  if (dim < 0) dim += nd;
+  int64_t inner = 1;
+  for (int64_t i = dim + 1; i < nd; ++i) inner *= sz[i];
+  const int64_t L = sz[dim], outer = static_cast<int64_t>(x.size()) / (L * inner);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      double a = 0, sa = 0, m = -INFINITY;
+      for (int64_t l = 0; l < L; ++l) {
+        const size_t i = (o * L + l) * inner + j;
+        const double v = x[i], g = std::sqrt(l + 1.0);
+        if (c.op == OpId::kCumsum) a = l ? a + v : v;
+        else if (c.op == OpId::kCumprod) a = l ? a * v : v;
+        else a = l ? std::max(a, v) + std::log1p(std::exp(-std::fabs(a - v))) : v;
+        sa += std::fabs(v);
+        m = std::max(m, v);
+        e.ref[i] = a;
+        e.scale[i] = c.op == OpId::kCumsum ? g * sa + std::fabs(a)
+                     : c.op == OpId::kCumprod ? (2 * g + 1) * std::fabs(a)
+                                              : std::fabs(m) + g * (1 + std::fabs(a));
+      }
+    }
+}
+
 }  // namespace
 
 std::vector<Expect> reference(const OpCall& c, Buffers& b) {
@@ -109,276 +383,18 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
       out[i].ref.assign(c.outputs[i].numel(), 0);
       out[i].scale.assign(c.outputs[i].numel(), 0);
     }
-  Expect& e = out[0];
-  const std::string approx = c.string_arg("approximate", "none");
   switch (op_info(c.op).family) {
-    case OpFamily::kUnary: {
-      const auto& x = b["self"];
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double v = x[i];
-        double r = 0, s = 0;
-        switch (c.op) {
-          case OpId::kRelu: r = std::isnan(v) ? v : std::max(v, 0.0); break;
-          case OpId::kGelu:
-            if (approx == "tanh") r = 0.5 * v * (1 + std::tanh(kBeta * (v + kKappa * v * v * v)));
-            else r = 0.5 * v * (1 + std::erf(v * kSqrt1_2));
-            s = std::fabs(v);
-            break;
-          case OpId::kSilu: r = v * sigm(v); break;
-          case OpId::kSigmoid: r = sigm(v); break;
-          case OpId::kTanh: r = std::tanh(v); break;
-          case OpId::kLeakyRelu: r = v > 0 ? v : v * static_cast<float>(c.double_arg("negative_slope", 0.01)); break;
-          case OpId::kElu: {
-            const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
-            r = v <= 0 ? std::expm1(v * is) * al * sc : v * sc;
-            s = std::fabs(v * sc);
-            break;
-          }
-          case OpId::kHardtanh:
-            r = std::isnan(v) ? v : std::min(std::max(v, c.double_arg("min_val", -1)), c.double_arg("max_val", 1));
-            break;
-          case OpId::kHardsigmoid: r = std::isnan(v) ? v : std::min(std::max(v + 3, 0.0), 6.0) / 6; s = std::fabs(v); break;
-          case OpId::kHardswish: r = v * (std::isnan(v) ? v : std::min(std::max(v + 3, 0.0), 6.0)) / 6; s = v * v; break;
-          case OpId::kSoftplus: {
-            const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
-            r = v * be > th ? v : std::log1p(std::exp(v * be)) / be;
-            s = std::fabs(v);
-            break;
-          }
-          case OpId::kMish: r = v * std::tanh(std::log1p(std::exp(v))); s = std::fabs(v); break;
-          default: break;
-        }
-        e.ref[i] = r;
-        e.scale[i] = s + std::fabs(r);
-      }
-      break;
-    }
-    case OpFamily::kUnaryBackward: {
-      const auto& g = b["grad_output"];
-      const auto& x = b[c.op == OpId::kSigmoidBackward || c.op == OpId::kTanhBackward ? "output"
-                        : c.op == OpId::kEluBackward                                   ? "self_or_result"
-                                                                                       : "self"];
-      const double th = c.double_arg("threshold", 0);
-      for (size_t i = 0; i < g.size(); ++i) {
-        const double gv = g[i], v = x[i], ag = std::fabs(gv);
-        double r = 0, s = 0;
-        switch (c.op) {
-          case OpId::kReluBackward: r = v <= static_cast<double>(static_cast<float>(th)) ? 0 : gv; break;
-          case OpId::kGeluBackward:
-            if (approx == "tanh") {
-              const double t = std::tanh(kBeta * (v + kKappa * v * v * v));
-              const double id = kBeta * (1 + 3 * kKappa * v * v);
-              r = gv * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * id);
-              s = ag * (1 + 0.5 * std::fabs(v) * id);
-            } else {
-              const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
-              r = gv * (0.5 * (1 + std::erf(v * kSqrt1_2)) + v * pdf);
-              s = ag * (1 + std::fabs(v) * pdf * (1 + v * v));
-            }
-            break;
-          case OpId::kSiluBackward: {
-            const double sg = sigm(v);
-            r = gv * sg * (1 + v * (1 - sg));
-            s = ag * sg * (1 + std::fabs(v));
-            break;
-          }
-          case OpId::kSigmoidBackward: r = gv * (1 - v) * v; break;
-          case OpId::kTanhBackward:
-            r = gv * (1 - v * v);
-            s = ag * (1 + v * v);
-            break;
-          case OpId::kLeakyReluBackward: r = v > 0 ? gv : gv * static_cast<float>(c.double_arg("negative_slope", 0.01)); break;
-          case OpId::kEluBackward: {
-            const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
-            if (c.int_arg("is_result", 0)) r = v <= 0 ? gv * is * (v + al * sc) : gv * sc;
-            else r = v <= 0 ? gv * is * al * sc * std::exp(v * is) : gv * sc;
-            s = ag * (std::fabs(sc) + std::fabs(is * (std::fabs(v) + al * sc)));
-            break;
-          }
-          case OpId::kHardtanhBackward:
-            r = (v <= c.double_arg("min_val", -1) || v >= c.double_arg("max_val", 1)) ? 0 : gv;
-            break;
-          case OpId::kHardsigmoidBackward: r = (v > -3 && v < 3) ? gv / 6 : 0; break;
-          case OpId::kHardswishBackward: r = v < -3 ? 0 : (v <= 3 ? gv * (v / 3 + 0.5) : gv); s = ag; break;
-          case OpId::kSoftplusBackward: {
-            const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
-            r = v * be > th ? gv : gv * sigm(v * be);
-            s = ag;
-            break;
-          }
-          case OpId::kMishBackward: {
-            const double sg = sigm(v), t = std::tanh(std::log1p(std::exp(v)));
-            r = gv * (t + v * sg * (1 - t * t));
-            s = ag * (1 + std::fabs(v));
-            break;
-          }
-          default: break;
-        }
-        e.ref[i] = r;
-        e.scale[i] = s + std::fabs(r);
-      }
-      break;
-    }
-    case OpFamily::kSoftmax: {
-      e.k = 16;
-      const auto& x = b["self"];
-      const int64_t n = c.input("self")->sizes.back(), rows = static_cast<int64_t>(x.size()) / n;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = &x[r * n];
-        bool nan = false;
-        double m = -INFINITY, s = 0;
-        for (int64_t j = 0; j < n; ++j) nan |= std::isnan(xr[j]), m = std::max(m, static_cast<double>(xr[j]));
-        for (int64_t j = 0; j < n; ++j) s += std::exp(xr[j] - m);
-        for (int64_t j = 0; j < n; ++j) {
-          double v = c.op == OpId::kSoftmax ? std::exp(xr[j] - m) / s : (xr[j] - m) - std::log(s);
-          if (nan) v = NAN;
-          e.ref[r * n + j] = v;
-          e.scale[r * n + j] = c.op == OpId::kSoftmax ? std::fabs(v) : std::fabs(xr[j] - m) + std::log(s) + std::fabs(v);
-        }
-      }
-      break;
-    }
-    case OpFamily::kSoftmaxBackward: {
-      e.k = 16;
-      const auto& g = b["grad_output"];
-      const auto& y = b["output"];
-      const int64_t n = c.input("output")->sizes.back(), rows = static_cast<int64_t>(g.size()) / n;
-      for (int64_t r = 0; r < rows; ++r) {
-        double s = 0, sa = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          const double t = c.op == OpId::kSoftmaxBackward ? static_cast<double>(g[r * n + j]) * y[r * n + j] : g[r * n + j];
-          s += t;
-          sa += std::fabs(t);
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          const double gv = g[r * n + j], yv = y[r * n + j];
-          if (c.op == OpId::kSoftmaxBackward) {
-            e.ref[r * n + j] = yv * (gv - s);
-            e.scale[r * n + j] = std::fabs(yv) * (std::fabs(gv) + sa);
-          } else {
-            e.ref[r * n + j] = gv - std::exp(yv) * s;
-            e.scale[r * n + j] = std::fabs(gv) + std::exp(yv) * sa;
-          }
-        }
-      }
-      break;
-    }
-    case OpFamily::kLayerNorm: {
-      for (auto& x : out) x.k = 16;
-      const auto& x = b["input"];
-      const int64_t rows = c.outputs[1].numel(), n = static_cast<int64_t>(x.size()) / rows;
-      const bool hw = c.input("weight")->defined, hb = c.input("bias")->defined;
-      const double eps = c.double_arg("eps", 1e-5);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = &x[r * n];
-        double s = 0, sa = 0, q = 0;
-        for (int64_t j = 0; j < n; ++j) s += xr[j], sa += std::fabs(xr[j]);
-        const double mu = s / n;
-        for (int64_t j = 0; j < n; ++j) q += (xr[j] - mu) * (xr[j] - mu);
-        const double rstd = 1.0 / std::sqrt(q / n + eps);
-        out[1].ref[r] = mu;
-        out[1].scale[r] = sa / n;
-        out[2].ref[r] = rstd;
-        out[2].scale[r] = rstd;
-        for (int64_t j = 0; j < n; ++j) {
-          const double w = hw ? b["weight"][j] : 1.0, bb = hb ? b["bias"][j] : 0.0;
-          const double v = (xr[j] - mu) * rstd * w + bb;
-          e.ref[r * n + j] = v;
-          e.scale[r * n + j] = (std::fabs(xr[j]) + std::fabs(mu)) * rstd * std::fabs(w) + std::fabs(bb) + std::fabs(v);
-        }
-      }
-      break;
-    }
+    case OpFamily::kUnary: unary(c, b, out); break;
+    case OpFamily::kUnaryBackward: unary_backward(c, b, out); break;
+    case OpFamily::kSoftmax: softmax(c, b, out); break;
+    case OpFamily::kSoftmaxBackward: softmax_backward(c, b, out); break;
+    case OpFamily::kLayerNorm: layer_norm(c, b, out); break;
     case OpFamily::kBatchNorm: batch_norm(c, b, out); break;
-    case OpFamily::kGroupNorm: {   // layer norm's bounds over (n, g) rows, per-channel affine
-      for (auto& x : out) x.k = 16;
-      const auto& x = b["input"];
-      const int64_t rows = c.outputs[1].numel(), n = static_cast<int64_t>(x.size()) / rows;
-      const int64_t hw = c.int_arg("HxW", 1), groups = c.int_arg("group", 1), cpg = n / hw;
-      const bool hw_ = c.input("weight")->defined, hb = c.input("bias")->defined;
-      const double eps = c.double_arg("eps", 1e-5);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = &x[r * n];
-        double s = 0, sa = 0, q = 0;
-        for (int64_t j = 0; j < n; ++j) s += xr[j], sa += std::fabs(xr[j]);
-        const double mu = s / n;
-        for (int64_t j = 0; j < n; ++j) q += (xr[j] - mu) * (xr[j] - mu);
-        const double rstd = 1.0 / std::sqrt(q / n + eps);
-        out[1].ref[r] = mu;
-        out[1].scale[r] = sa / n;
-        out[2].ref[r] = rstd;
-        out[2].scale[r] = rstd;
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t ch = (r % groups) * cpg + j / hw;
-          const double w = hw_ ? b["weight"][ch] : 1.0, bb = hb ? b["bias"][ch] : 0.0;
-          const double v = (xr[j] - mu) * rstd * w + bb;
-          e.ref[r * n + j] = v;
-          e.scale[r * n + j] = (std::fabs(xr[j]) + std::fabs(mu)) * rstd * std::fabs(w) + std::fabs(bb) + std::fabs(v);
-        }
-      }
-      break;
-    }
-    case OpFamily::kLayerNormBackward: {
-      for (auto& x : out) x.k = 16;
-      const auto& g = b["grad_out"];
-      const auto& x = b["input"];
-      const int64_t rows = c.input("mean")->numel(), n = static_cast<int64_t>(x.size()) / rows;
-      const bool hw = c.input("weight")->defined;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double mu = b["mean"][r], rs = b["rstd"][r];
-        double a = 0, bsum = 0, aa = 0, ba = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          const double wg = g[r * n + j] * (hw ? b["weight"][j] : 1.0), xh = (x[r * n + j] - mu) * rs;
-          a += wg, bsum += wg * xh, aa += std::fabs(wg), ba += std::fabs(wg * xh);
-        }
-        for (int64_t j = 0; j < n; ++j) {
-          const size_t i = r * n + j;
-          const double wg = g[i] * (hw ? b["weight"][j] : 1.0), xh = (x[i] - mu) * rs;
-          const double xs = (std::fabs(x[i]) + std::fabs(mu)) * rs;
-          if (c.outputs[0].defined) {
-            out[0].ref[i] = rs * (wg - a / n - xh * bsum / n);
-            out[0].scale[i] = rs * (std::fabs(wg) + aa / n + xs * ba / n) + std::fabs(out[0].ref[i]);
-          }
-          if (c.outputs[1].defined) out[1].ref[j] += g[i] * xh, out[1].scale[j] += std::fabs(g[i]) * xs;
-          if (c.outputs[2].defined) out[2].ref[j] += g[i], out[2].scale[j] += std::fabs(g[i]);
-        }
-      }
-      break;
-    }
-    case OpFamily::kScan: {
-      // Inclusive scans along dim, in order, in double. Scales follow the error of an fp32 fold of
-      // j + 1 terms with g = sqrt(j + 1): cumsum g * sum |x|; cumprod (2g + 1) |y| (relative);
-      // logcumsumexp |max| + g * (1 + |y|) (every log-domain step rounds |y|).
-      e.k = 16;
-      const auto& x = b["self"];
-      const auto& sz = c.input("self")->sizes;
-      const int64_t nd = static_cast<int64_t>(sz.size());
-      int64_t dim = c.int_arg("dim", -1);
-      if (dim < 0) dim += nd;
-      int64_t inner = 1;
-      for (int64_t i = dim + 1; i < nd; ++i) inner *= sz[i];
-      const int64_t L = sz[dim], outer = static_cast<int64_t>(x.size()) / (L * inner);
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < inner; ++j) {
-          double a = 0, sa = 0, m = -INFINITY;
-          for (int64_t l = 0; l < L; ++l) {
-            const size_t i = (o * L + l) * inner + j;
-            const double v = x[i], g = std::sqrt(l + 1.0);
-            if (c.op == OpId::kCumsum) a = l ? a + v : v;
-            else if (c.op == OpId::kCumprod) a = l ? a * v : v;
-            else a = l ? std::max(a, v) + std::log1p(std::exp(-std::fabs(a - v))) : v;
-            sa += std::fabs(v);
-            m = std::max(m, v);
-            e.ref[i] = a;
-            e.scale[i] = c.op == OpId::kCumsum ? g * sa + std::fabs(a)
-                         : c.op == OpId::kCumprod ? (2 * g + 1) * std::fabs(a)
-                                                  : std::fabs(m) + g * (1 + std::fabs(a));
-          }
-        }
-      break;
-    }
+    case OpFamily::kGroupNorm: group_norm(c, b, out); break;
+    case OpFamily::kLayerNormBackward: layer_norm_backward(c, b, out); break;
+    case OpFamily::kScan: scan(c, b, out); break;
     case OpFamily::kPool:
-      e.k = 16;
+      out[0].k = 16;
       pool(c, b, out);
       break;
     default: break;

@@ -112,6 +112,27 @@ TEST(Search, StopsWithinAGenerationWhenItsTimeIsSpent) {
   EXPECT_EQ(s.state().tried.size(), 2u);
 }
 
+// Time to the first verified candidate and to the best: from when each evaluation was decided,
+// kept through the saved state.
+TEST(Search, RecordsTimeToFirstVerifiedAndToBest) {
+  Search s(relu_call(), SearchOptions{});
+  auto batch = s.next_batch();
+  ASSERT_GT(batch.size(), 3u);
+  EXPECT_EQ(s.first_verified_s(), 0);
+  const double ms[] = {0, 9, 7, 8};   // 0: rejected
+  for (int i = 0; i < 4; ++i) {
+    Evaluation e = evaluate(batch[i]);
+    if (ms[i] == 0) e.verdict = "rejected";
+    e.median_ms = ms[i];
+    e.at_s = 1.5 * (i + 1);
+    s.report(e);
+  }
+  EXPECT_DOUBLE_EQ(s.first_verified_s(), 3.0);
+  EXPECT_DOUBLE_EQ(s.best_found_s(), 4.5);
+  Search back(relu_call(), SearchOptions{}, search_state_from(to_json(s.state())));
+  EXPECT_DOUBLE_EQ(back.best_found_s(), 4.5);
+}
+
 TEST(Search, ResumesFromSavedStateWithoutRepeating) {
   SearchOptions o;
   o.max_generations = 4;
