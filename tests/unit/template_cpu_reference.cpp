@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "evolve/ops/pool.h"
@@ -257,7 +258,9 @@ void softmax_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
   }
 }
 
-void layer_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+// Rows of n normalized to mean 0, variance 1, then w[param(r, j)] x + b[param(r, j)]: layer norm
+// (param j) and group norm over (n, g) rows (the element's channel).
+void row_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out, const std::function<int64_t(int64_t, int64_t)>& param) {
   Expect& e = out[0];
   for (auto& x : out) x.k = 16;
   const auto& x = b["input"];
@@ -276,7 +279,8 @@ void layer_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
     out[2].ref[r] = rstd;
     out[2].scale[r] = rstd;
     for (int64_t j = 0; j < n; ++j) {
-      const double w = hw ? b["weight"][j] : 1.0, bb = hb ? b["bias"][j] : 0.0;
+      const int64_t p = param(r, j);
+      const double w = hw ? b["weight"][p] : 1.0, bb = hb ? b["bias"][p] : 0.0;
       const double v = (xr[j] - mu) * rstd * w + bb;
       e.ref[r * n + j] = v;
       e.scale[r * n + j] = (std::fabs(xr[j]) + std::fabs(mu)) * rstd * std::fabs(w) + std::fabs(bb) + std::fabs(v);
@@ -284,34 +288,14 @@ void layer_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
   }
 }
 
-// layer norm's bounds over (n, g) rows, per-channel affine
+void layer_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  row_norm(c, b, out, [](int64_t, int64_t j) { return j; });
+}
+
 void group_norm(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
-  Expect& e = out[0];
-  for (auto& x : out) x.k = 16;
-  const auto& x = b["input"];
-  const int64_t rows = c.outputs[1].numel(), n = static_cast<int64_t>(x.size()) / rows;
-  const int64_t hw = c.int_arg("HxW", 1), groups = c.int_arg("group", 1), cpg = n / hw;
-  const bool hw_ = c.input("weight")->defined, hb = c.input("bias")->defined;
-  const double eps = c.double_arg("eps", 1e-5);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = &x[r * n];
-    double s = 0, sa = 0, q = 0;
-    for (int64_t j = 0; j < n; ++j) s += xr[j], sa += std::fabs(xr[j]);
-    const double mu = s / n;
-    for (int64_t j = 0; j < n; ++j) q += (xr[j] - mu) * (xr[j] - mu);
-    const double rstd = 1.0 / std::sqrt(q / n + eps);
-    out[1].ref[r] = mu;
-    out[1].scale[r] = sa / n;
-    out[2].ref[r] = rstd;
-    out[2].scale[r] = rstd;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t ch = (r % groups) * cpg + j / hw;
-      const double w = hw_ ? b["weight"][ch] : 1.0, bb = hb ? b["bias"][ch] : 0.0;
-      const double v = (xr[j] - mu) * rstd * w + bb;
-      e.ref[r * n + j] = v;
-      e.scale[r * n + j] = (std::fabs(xr[j]) + std::fabs(mu)) * rstd * std::fabs(w) + std::fabs(bb) + std::fabs(v);
-    }
-  }
+  const int64_t hw = c.int_arg("HxW", 1), groups = c.int_arg("group", 1);
+  const int64_t cpg = c.int_arg("C", 1) / groups;
+  row_norm(c, b, out, [=](int64_t r, int64_t j) { return (r % groups) * cpg + j / hw; });
 }
 
 void layer_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
