@@ -5,7 +5,8 @@
 // Outputs start as NaN so unwritten elements show; results are compared with double-precision
 // references (template_cpu_reference.cpp), and serial and threaded runs must agree bit for bit
 // (every reduction has a fixed order). A cheaper sweep renders many more knob settings without
-// compiling them. The harness that renders, compiles and runs a family is template_cpu_harness.h.
+// compiling them. The harness that renders, compiles and runs a family is template_cpu_harness.h;
+// the cases are in template_cpu_cases.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,214 +29,13 @@
 #include "evolve/verify/static_check.h"
 #include "runtime/cpu_backend.h"
 #include "runtime/launch_spec.h"
+#include "tests/unit/template_cpu_cases.h"
 #include "tests/unit/template_cpu_harness.h"
 
 namespace kc::evolve {
 namespace {
 
 using nlohmann::json;
-
-// ---------------------------------------------------------------------------------------------
-// Cases.
-
-const std::vector<std::vector<int64_t>> kShapes = {{1}, {1, 1}, {3, 37}, {7, 1000}, {2, 4097}, {5, 3, 17}, {300007}};
-
-std::vector<Case> unary_cases() {
-  std::vector<Case> v;
-  for (const auto& s : kShapes) {
-    for (OpId op : {OpId::kRelu, OpId::kSilu, OpId::kSigmoid, OpId::kTanh})
-      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
-    for (const char* a : {"none", "tanh"})
-      v.push_back({std::string("gelu-") + a + "/" + shape_str(s), cpu_call(OpId::kGelu, s, {{"approximate", a}})});
-    for (OpId op : {OpId::kLeakyRelu, OpId::kElu, OpId::kHardtanh, OpId::kHardsigmoid, OpId::kHardswish, OpId::kSoftplus,
-                    OpId::kMish})
-      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
-    // selu and relu6 reach elu and hardtanh with other scalars; softplus with beta 2.
-    v.push_back({"elu-selu/" + shape_str(s), cpu_call(OpId::kElu, s, {{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}})});
-    v.push_back({"hardtanh-relu6/" + shape_str(s), cpu_call(OpId::kHardtanh, s, {{"min_val", 0}, {"max_val", 6}})});
-    v.push_back({"softplus-b2/" + shape_str(s), cpu_call(OpId::kSoftplus, s, {{"beta", 2.0}, {"threshold", 10.0}})});
-  }
-  return v;
-}
-
-std::vector<Case> unary_backward_cases() {
-  std::vector<Case> v;
-  for (const auto& s : kShapes) {
-    for (OpId op : {OpId::kSiluBackward, OpId::kSigmoidBackward, OpId::kTanhBackward})
-      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
-    for (const char* a : {"none", "tanh"})
-      v.push_back({std::string("gelu_backward-") + a + "/" + shape_str(s),
-                   cpu_call(OpId::kGeluBackward, s, {{"approximate", a}})});
-    v.push_back({"threshold_backward-i0/" + shape_str(s), cpu_call(OpId::kReluBackward, s, {{"threshold", 0}})});
-    v.push_back({"threshold_backward-d0.5/" + shape_str(s), cpu_call(OpId::kReluBackward, s, {{"threshold", 0.5}})});
-    for (OpId op : {OpId::kLeakyReluBackward, OpId::kEluBackward, OpId::kHardtanhBackward, OpId::kHardsigmoidBackward,
-                    OpId::kHardswishBackward, OpId::kSoftplusBackward, OpId::kMishBackward})
-      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s)});
-    v.push_back({"elu_backward-result/" + shape_str(s), cpu_call(OpId::kEluBackward, s, {{"is_result", true}})});
-  }
-  return v;
-}
-
-std::vector<Case> softmax_cases(bool backward) {
-  std::vector<Case> v;
-  const std::vector<std::pair<std::vector<int64_t>, double>> shapes = {
-      {{1, 1}, 0}, {{1}, 0}, {{3, 37}, 0}, {{7, 1000}, 100}, {{2, 4097}, 0}, {{5, 3, 17}, 0}, {{64, 33}, -20}, {{2, 70001}, 0}};
-  for (const auto& [s, off] : shapes) {
-    for (OpId op : backward ? std::vector<OpId>{OpId::kSoftmaxBackward, OpId::kLogSoftmaxBackward}
-                            : std::vector<OpId>{OpId::kSoftmax, OpId::kLogSoftmax}) {
-      const int64_t dim = s.size() == 2 && s[0] == 7 ? 1 : -1;   // a positive last dim too
-      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s), cpu_call(op, s, {{"dim", dim}}), off});
-    }
-  }
-  return v;
-}
-
-struct LnShape {
-  std::vector<int64_t> sizes, normalized;
-  double offset;
-};
-const std::vector<LnShape> kLnShapes = {
-    {{1, 1}, {1}, 0.5},          {{3, 37}, {37}, 0.5},       {{7, 1000}, {1000}, 100},  {{2, 4097}, {4097}, 0.5},
-    {{2, 3, 5, 7}, {5, 7}, 0.5}, {{100, 64}, {64}, -3},      {{2, 300000}, {300000}, 0.5},   // split by default
-    {{1, 3, 70001}, {3, 70001}, 4}};
-
-std::vector<Case> layer_norm_cases() {
-  std::vector<Case> v;
-  for (const auto& s : kLnShapes) {
-    const std::string sh = shape_str(s.sizes) + "/ns" + shape_str(s.normalized);
-    v.push_back({"layer_norm-wb/" + sh, cpu_call(OpId::kLayerNorm, s.sizes, {{"normalized_shape", s.normalized}}), s.offset});
-    v.push_back({"layer_norm-none/" + sh,
-                 cpu_call(OpId::kLayerNorm, s.sizes, {{"normalized_shape", s.normalized}, {"affine", false}}), s.offset});
-    v.push_back({"layer_norm-w/" + sh,
-                 cpu_call(OpId::kLayerNorm, s.sizes, {{"normalized_shape", s.normalized}, {"bias", false}}), s.offset});
-    Case b{"layer_norm-b/" + sh, cpu_call(OpId::kLayerNorm, s.sizes, {{"normalized_shape", s.normalized}}), s.offset};
-    for (auto& t : b.call.inputs)
-      if (t.name == "weight") {
-        t.defined = false;
-        t.sizes.clear();
-        t.strides.clear();
-      }
-    v.push_back(b);
-  }
-  // The brief's large case: M=1, N=4M (split rows by default).
-  v.push_back({"layer_norm-wb/1x64x256x256",
-               cpu_call(OpId::kLayerNorm, {1, 64, 256, 256}, {{"normalized_shape", {64, 256, 256}}}), 1.0});
-  return v;
-}
-
-// Group norm: (n, g) rows of C / group * HxW; weight only and bias only by dropping one tensor.
-std::vector<Case> group_norm_cases() {
-  struct GnShape {
-    std::vector<int64_t> sizes;
-    int64_t group;
-    double offset;
-  };
-  const std::vector<GnShape> shapes = {{{2, 6, 5}, 3, 0.5},       {{3, 8, 7, 9}, 4, 100},   {{1, 4, 70001}, 2, 4},
-                                       {{4, 6}, 2, -3},           {{2, 5, 3, 3}, 1, 0.5}};
-  auto without = [](Case c, const char* name) {
-    for (auto& t : c.call.inputs)
-      if (t.name == name) {
-        t.defined = false;
-        t.sizes.clear();
-        t.strides.clear();
-      }
-    return c;
-  };
-  std::vector<Case> v;
-  for (const auto& s : shapes) {
-    const std::string sh = shape_str(s.sizes) + "/g" + std::to_string(s.group);
-    const json a = {{"group", s.group}};
-    Case wb{"group_norm-wb/" + sh, cpu_call(OpId::kGroupNorm, s.sizes, a), s.offset};
-    v.push_back(wb);
-    v.push_back({"group_norm-none/" + sh, cpu_call(OpId::kGroupNorm, s.sizes, {{"group", s.group}, {"affine", false}}), s.offset});
-    Case w = without(wb, "bias"), b = without(wb, "weight");
-    w.label = "group_norm-w/" + sh;
-    b.label = "group_norm-b/" + sh;
-    v.push_back(w);
-    v.push_back(b);
-  }
-  return v;
-}
-
-// Batch norm: training without running statistics and eval with them, affine or not, odd
-// shapes, one long channel row (1, 6, 70001) and offset inputs (cancellation in the moments).
-std::vector<Case> batch_norm_cases() {
-  struct BnShape {
-    std::vector<int64_t> sizes;
-    double offset;
-  };
-  const std::vector<BnShape> shapes = {{{3, 5, 7}, 0.5}, {{2, 4, 3, 3}, 100}, {{1, 6, 70001}, 4}, {{4, 6}, -3}, {{2, 3, 64}, 100}};
-  std::vector<Case> v;
-  for (const auto& s : shapes)
-    for (bool train : {true, false})
-      for (bool affine : {true, false}) {
-        const std::string label = std::string("batch_norm-") + (train ? "train" : "eval") + (affine ? "-wb/" : "-none/") + shape_str(s.sizes);
-        v.push_back({label, cpu_call(OpId::kBatchNorm, s.sizes, {{"training", train}, {"running", !train}, {"affine", affine}}), s.offset});
-      }
-  return v;
-}
-
-// Pooling: 2d and 3d, batched and not, padding, dilation, ceil mode (a last window clipped and one
-// dropped), count_include_pad off, divisor_override, broadcast lists and the empty stride.
-std::vector<Case> pool_cases() {
-  struct P {
-    OpId op;
-    std::vector<int64_t> sizes;
-    json args;
-  };
-  const std::vector<P> ps = {
-      {OpId::kMaxPool2d, {2, 3, 8, 8}, json::object()},
-      {OpId::kMaxPool2d, {3, 7, 9}, {{"kernel_size", {3, 2}}, {"stride", {2, 1}}, {"padding", {1, 1}}}},
-      {OpId::kMaxPool2d, {2, 2, 11, 13}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}},
-      {OpId::kMaxPool2d, {1, 2, 5, 6}, {{"kernel_size", 2}, {"stride", json::array()}, {"ceil_mode", true}}},
-      {OpId::kMaxPool3d, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}},
-      {OpId::kMaxPool3d, {3, 5, 6, 7}, {{"kernel_size", {2, 3, 2}}, {"stride", 1}, {"ceil_mode", true}}},
-      {OpId::kAvgPool2d, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}},
-      {OpId::kAvgPool2d, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"count_include_pad", false}}},
-      {OpId::kAvgPool2d, {3, 11, 7}, {{"kernel_size", {3, 2}}, {"stride", 2}, {"padding", {1, 0}}, {"ceil_mode", true}}},
-      {OpId::kAvgPool2d, {1, 2, 8, 8}, {{"kernel_size", 2}, {"divisor_override", 3}}},
-      {OpId::kAvgPool3d, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}},
-      {OpId::kAvgPool3d, {2, 5, 6, 7}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true},
-                                        {"count_include_pad", false}}},
-      {OpId::kAvgPool3d, {1, 3, 4, 5, 6}, {{"kernel_size", {1, 2, 3}}, {"divisor_override", 5}}},
-  };
-  std::vector<Case> v;
-  for (const auto& p : ps)
-    v.push_back({std::string(op_info(p.op).name) + "/" + shape_str(p.sizes) + p.args.dump(), cpu_call(p.op, p.sizes, p.args)});
-  return v;
-}
-
-std::vector<Case> layer_norm_backward_cases() {
-  std::vector<Case> v;
-  for (const auto& s : kLnShapes) {
-    const std::string sh = shape_str(s.sizes) + "/ns" + shape_str(s.normalized);
-    auto mk = [&](const char* tag, json args) {
-      args["normalized_shape"] = s.normalized;
-      v.push_back({std::string("layer_norm_backward-") + tag + "/" + sh, cpu_call(OpId::kLayerNormBackward, s.sizes, args)});
-    };
-    mk("wb-111", json::object());
-    mk("wb-100", {{"output_mask", {1, 0, 0}}});
-    mk("wb-011", {{"output_mask", {0, 1, 1}}});
-    mk("w-110", {{"bias", false}, {"output_mask", {1, 1, 0}}});
-    mk("none-100", {{"affine", false}, {"output_mask", {1, 0, 0}}});
-  }
-  return v;
-}
-
-// Scans: odd sizes, the last dim (negative and positive), dim 0 and a middle dim (strided
-// columns), a long row, L = 1 both ways, and an explicit output dtype equal to the input's.
-std::vector<Case> scan_cases() {
-  std::vector<Case> v;
-  const std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes = {
-      {{3, 37}, -1}, {{7, 1000}, 1}, {{300, 33}, 0}, {{5, 3, 17}, 1}, {{5, 3, 17}, 0}, {{2, 70001}, -1},
-      {{9, 1}, -1},  {{1, 9}, 0},    {{4, 1, 6}, 1}, {{1}, 0},        {{4, 513, 3}, -2}};
-  for (OpId op : {OpId::kCumsum, OpId::kCumprod, OpId::kLogcumsumexp})
-    for (const auto& [s, dim] : shapes)
-      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + "/dim" + std::to_string(dim),
-                   cpu_call(op, s, {{"dim", dim}})});
-  v.push_back({"cumsum/dtype-f32/6x50", cpu_call(OpId::kCumsum, {6, 50}, {{"dim", 1}, {"dtype", "f32"}})});
-  return v;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Tests.
