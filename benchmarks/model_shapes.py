@@ -125,6 +125,10 @@ CASES = [
     Case(KB, "cumsum", (32768, 1024), (0,), dict(dim=0)),
     Case(KB, "cumprod", (128, 4096 * 64), (-1,), dict(dim=1)),
     *[Case(KB, a, (16, 1024, 4096)) for a in ("leaky_relu", "elu", "softplus", "mish", "hardswish")],
+    # Reductions over a middle dim (strided) and the last dim (rows), odd inner extents, 256 MiB
+    *[Case(KB, r, (16, 4096, 1023), (1,), dict(dim=1)) for r in ("sum", "amax", "argmax", "argmin", "var", "std")],
+    *[Case(KB, r, (16, 4096, 1023), (-1,), dict(dim=-1)) for r in ("mean", "amin", "argmax", "var_mean")],
+    Case(KB, "vector_norm", (16, 64, 256, 256), (0, 1, 2, 3)),   # Frobenius norm: every dim
 ]
 
 MODES = ("fwd", "fwd+bwd")
@@ -201,6 +205,9 @@ OPS = {
     "hardswish": _one(F.hardswish),
     "cumsum": _one(torch.cumsum), "sum": _one(torch.sum), "mean": _one(torch.mean),
     "amax": _one(torch.amax), "var_mean": _one(torch.var_mean), "logsumexp": _one(torch.logsumexp),
+    "amin": _one(torch.amin), "argmax": Op(_one(torch.argmax).build, ()),
+    "argmin": Op(_one(torch.argmin).build, ()), "var": _one(torch.var),
+    "std": _one(torch.std), "vector_norm": _one(torch.linalg.vector_norm),
 }
 
 
@@ -228,7 +235,7 @@ def case_shape(case, smoke):
 def plan(a):
     """The (case, dtype, mode) triples this run measures, in table order."""
     for c in CASES:
-        if a.only and a.only not in f"{c.model} {label(c)}":
+        if a.only and not any(o in f"{c.model} {label(c)}" for o in a.only.split("|")):
             continue
         for dtype in a.dtypes.split(","):
             for mode in a.modes.split(","):
@@ -506,7 +513,7 @@ def parse_args():
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--phases", default="all", help=f"all, or a comma-separated subset of {','.join(PHASES)}")
-    ap.add_argument("--only", default="", help="only cases whose 'model call' contains this text")
+    ap.add_argument("--only", default="", help="only cases whose 'model call' contains this text (or one of A|B|...)")
     ap.add_argument("--out", default="model-shapes-out")
     ap.add_argument("--cache", help="the cache evolved and served (default OUT/cache)")
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "torch_ops", "libkernelcraft.so"))

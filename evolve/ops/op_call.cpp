@@ -3,12 +3,21 @@
 #include "evolve/ops/op_call.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 #include "evolve/ops/family.h"
 #include "kernel_cache/key.h"
 
 namespace kc::evolve {
 namespace {
+
+// A whole string as a double ("inf", "-inf" and "nan" included), without exceptions.
+bool parse_double(const std::string& s, double& out) {
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size();
+}
 
 bool parse_ints(std::string_view s, std::vector<int64_t>& out) {   // "[1,2,3]"
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') return false;
@@ -165,7 +174,12 @@ Result<OpCall> call_from_key(const std::string& key) {
           s.value = x;
           break;
         }
-        case 'd': s.value = std::stod(std::string(body)); break;
+        case 'd': {
+          double x = 0;
+          if (!parse_double(std::string(body), x)) return bad_key("double " + name);
+          s.value = x;
+          break;
+        }
         case 'b': s.value = body == "1"; break;
         case 's': s.value = std::string(body); break;
         case 'L': {
@@ -254,6 +268,9 @@ nlohmann::json to_json(const OpCall& c) {
     std::visit([&](const auto& x) {
       using V = std::decay_t<decltype(x)>;
       v = x;
+      // JSON has no infinity (a norm's order may be one): non-finite doubles travel as text.
+      if constexpr (std::is_same_v<V, double>)
+        if (!std::isfinite(x)) v = std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
       kind = std::is_same_v<V, int64_t> ? "i" : std::is_same_v<V, double> ? "d" : std::is_same_v<V, bool> ? "b"
            : std::is_same_v<V, std::string> ? "s" : "L";
     }, s.value);
@@ -289,7 +306,11 @@ Result<OpCall> call_from_json(const nlohmann::json& j) {
       ScalarArg a{s.at("name").get<std::string>(), int64_t{0}};
       const auto& v = s.at("value");
       if (kind == "i") a.value = v.get<int64_t>();
-      else if (kind == "d") a.value = v.get<double>();
+      else if (kind == "d" && v.is_string()) {
+        double x = 0;
+        if (!parse_double(v.get<std::string>(), x)) return Status::error(Code::kInvalid, "call json: double " + a.name);
+        a.value = x;
+      } else if (kind == "d") a.value = v.get<double>();
       else if (kind == "b") a.value = v.get<bool>();
       else if (kind == "s") a.value = v.get<std::string>();
       else a.value = v.get<std::vector<int64_t>>();

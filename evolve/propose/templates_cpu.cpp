@@ -47,12 +47,13 @@ const Template* cpu_group_norm_template();
 const Template* cpu_batch_norm_template();
 const Template* cpu_scan_template();
 const Template* cpu_pool_template();
+const Template* cpu_reduction_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
                                                  cpu_softmax_template(false),   cpu_softmax_template(true),
                                                  cpu_layer_norm_template(), cpu_layer_norm_backward_template(), cpu_scan_template(),
-                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template()};
+                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template()};
   return v;
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "evolve/ops/pool.h"
+#include "tests/unit/reduction_reference.h"
 #include "runtime/ops.h"
 
 namespace kc::evolve::gpu_ref {
@@ -356,6 +357,17 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   if (c.op == OpId::kBatchNorm) return batch_norm(c, in);
   if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
   if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
+  if (op_info(c.op).family == OpFamily::kReduction) {   // tests/unit/reduction_reference.h
+    const ReduceGeom g = reduce_geometry(c).value();
+    const int64_t n = c.outputs[0].numel();
+    std::vector<Expect> out(c.outputs.size(), Expect{Vec(n), Vec(n)});
+    for (int64_t o = 0; o < n; ++o) {
+      const red_ref::Out r = red_ref::fold(g, in.at("self"), o, c.outputs[0].dtype == DType::kF32 ? 1.19e-7 : 7.8e-3);
+      out[0].ref[o] = r.ref, out[0].scale[o] = r.scale;
+      if (out.size() > 1) out[1].ref[o] = r.mean, out[1].scale[o] = r.mean_scale;
+    }
+    return out;
+  }
   // Layer norm forward and backward: M rows of N.
   const Vec& x = in.at("input");
   int64_t N = 1;
@@ -464,6 +476,12 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
   } else if (fam == OpFamily::kPool) {   // normal values, and NaN / -inf now and then (eager's order)
     for (auto& x : v) x = 2 * nd(rng);
     for (int64_t i = 5; i < n; i += 1009) v[i] = i % 2 ? NAN : -INFINITY;
+  } else if (fam == OpFamily::kReduction) {
+    // Stretches offset by 100 (the variance's cancellation), a run of ties (argmax's first
+    // index), and one NaN, +inf and -inf, so only a few outputs are non-finite.
+    for (int64_t i = 0; i < n; ++i) v[i] = ((i / 1000) % 4 == 3 ? 100.0 : 0.0) + 3 * nd(rng);
+    for (int64_t i = n / 2; i < n / 2 + 64 && n > 256; ++i) v[i] = v[n / 2];
+    if (n > 256) v[n / 7] = NAN, v[n / 5] = INFINITY, v[n / 3] = -INFINITY;
   } else if (fam == OpFamily::kSoftmaxBackward) {
     const int64_t L = t.sizes.back();
     if (t.name == "grad_output") {

@@ -447,6 +447,33 @@ TEST_F(Gpu, Scan) {
   run_all(*this, cs, 2e-6);
 }
 
+// Reductions: rows (odd and vector lengths), columns (odd inner), few outputs (split by default),
+// every dim, keepdim over two dims, each dtype; the inputs hold ties, offsets, NaN and infinities.
+TEST_F(Gpu, Reduction) {
+  std::vector<Case> cs;
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm}) {
+    cs.push_back({op, {4096, 1023}, DType::kF32, {{"dim", -1}}, 2, {{{"threads", 32}, {"rows", 8}}}});
+    cs.push_back({op, {64, 4096}, DType::kBF16, {{"dim", 1}}, 2, {{{"split", 4}, {"threads", 128}}}});
+    cs.push_back({op, {16, 512, 255}, DType::kF32, {{"dim", 1}}, 2, {{{"tx", 8}, {"ty", 32}, {"unroll", 8}}}});
+    cs.push_back({op, {512, 64, 64}, DType::kF32, {{"dim", 0}}, 2, {{{"split", 0}}, {{"split", 64}, {"vec", 4}}}});
+    cs.push_back({op, {1000, 16}, DType::kBF16, {{"dim", 0}}, 2});
+    cs.push_back({op, {5, 3, 17}, DType::kF16, {{"dim", 1}}, 1});
+    if (op == OpId::kArgmax || op == OpId::kArgmin) {
+      cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", "none"}}, 1});
+    } else {
+      cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", "none"}}, 1, {{{"split", 0}}}});
+      cs.push_back({op, {8, 256, 64}, DType::kF32, {{"dim", {1, 2}}, {"keepdim", true}}, 1});
+    }
+  }
+  cs.push_back({OpId::kMean, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
+  for (const json& ord : {json(1), json(3), json(INFINITY), json(-INFINITY)})
+    cs.push_back({OpId::kVectorNorm, {300, 700}, DType::kF32, {{"dim", 1}, {"ord", ord}}, 2});
+  cs.push_back({OpId::kVar, {64, 1000}, DType::kF32, {{"dim", 1}, {"correction", 0}}, 2});
+  cs.push_back({OpId::kStd, {9, 1}, DType::kF32, {{"dim", 1}}, 1});   // r = 1: 0 / 0 is NaN, as in eager
+  run_all(*this, cs, 4e-6);
+}
+
 TEST_F(Gpu, Timings) {
   struct T {
     OpId op;

@@ -54,6 +54,21 @@ FORWARD = {
         x.shape[1], dtype=x.dtype), training=False) if x.dim() == 2 and x.shape[0] else x,
     "max_pool": lambda x: F.max_pool1d(x, 3, 2, 1, return_indices=True)[0] if x.dim() == 2 and x.shape[0] else x,
     "avg_pool": lambda x: F.avg_pool1d(x, 3, 2, 1) if x.dim() == 2 and x.shape[0] else x,
+    # Reductions: the last dim, dim 0, every dim, keepdim, and the vector norm's orders
+    "sum": lambda x: x.sum(-1),
+    "sum_all": lambda x: x.sum(),
+    "mean_dim0": lambda x: x.mean(0, keepdim=True),
+    "amax": lambda x: x.amax(-1) if x.numel() else x,
+    "amin_dim0": lambda x: x.amin(0) if x.numel() else x,
+    "argmax": lambda x: x.argmax(-1) if x.numel() else x,
+    "argmin_all": lambda x: x.argmin() if x.numel() else x,
+    "var": lambda x: x.var(-1),
+    "std_dim0": lambda x: x.std(0, correction=0),
+    "var_mean": lambda x: torch.stack(torch.var_mean(x, -1)),
+    "std_mean": lambda x: torch.stack(torch.std_mean(x, dim=None, keepdim=True)),
+    "norm2": lambda x: torch.linalg.vector_norm(x, dim=-1),
+    "norm_inf": lambda x: torch.linalg.vector_norm(x, float("inf")) if x.numel() else x,
+    "norm3": lambda x: torch.linalg.vector_norm(x, 3, dim=0),
 }
 # Ops and dtypes eager itself does not implement on the CPU.
 UNSUPPORTED = {("logcumsumexp", torch.float16), ("avg_pool", torch.float16)}

@@ -1,6 +1,8 @@
 // Cases of the CPU template tests; see template_cpu_cases.h.
 #include "tests/unit/template_cpu_cases.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 namespace kc::evolve {
@@ -211,6 +213,34 @@ std::vector<Case> scan_cases() {
       v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + "/dim" + std::to_string(dim),
                    cpu_call(op, s, {{"dim", dim}})});
   v.push_back({"cumsum/dtype-f32/6x50", cpu_call(OpId::kCumsum, {6, 50}, {{"dim", 1}, {"dtype", "f32"}})});
+  return v;
+}
+
+// Reductions: the last dim (rows), dim 0 and a middle dim (columns), several adjacent dims, every
+// dim ("none" and the empty list), a reduced size-1 dim between reduced ones, keepdim, r = 1,
+// a long row, an offset (the variance's cancellation), and each norm order.
+std::vector<Case> reduction_cases() {
+  std::vector<Case> v;
+  const std::vector<std::pair<std::vector<int64_t>, json>> shapes = {
+      {{3, 37}, -1},     {{7, 1000}, json{1}}, {{300, 33}, 0},       {{5, 3, 17}, 1},        {{5, 3, 17}, json{0, 1}},
+      {{5, 3, 17}, json{-1, -2}}, {{9, 1}, -1}, {{4, 1, 6}, json{0, 1, 2}}, {{2, 70001}, -1}, {{6, 50}, "none"}};
+  const std::vector<OpId> ops = {OpId::kSum,    OpId::kMean, OpId::kAmax,    OpId::kAmin,    OpId::kArgmax,    OpId::kArgmin,
+                                 OpId::kVar,    OpId::kStd,  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm};
+  for (OpId op : ops)
+    for (const auto& [s, dim] : shapes) {
+      const bool arg = op == OpId::kArgmax || op == OpId::kArgmin;
+      if (arg && dim.is_array() && dim.size() != 1) continue;   // argmax takes one dim or none
+      json d = arg && dim.is_array() ? dim[0] : dim;
+      v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + "/dim" + d.dump(), cpu_call(op, s, {{"dim", d}})});
+    }
+  for (OpId op : {OpId::kSum, OpId::kArgmax, OpId::kStdMean})
+    v.push_back({std::string(op_info(op).name) + "/keepdim/5x3x17", cpu_call(op, {5, 3, 17}, {{"dim", 1}, {"keepdim", true}})});
+  v.push_back({"sum/empty-list/4x9", cpu_call(OpId::kSum, {4, 9}, {{"dim", json::array()}})});
+  Case off{"var/offset/40x300", cpu_call(OpId::kVar, {40, 300}, {{"dim", 1}, {"correction", 0}})};
+  off.offset = 1000;
+  v.push_back(off);
+  for (const auto& [name, ord] : std::vector<std::pair<const char*, json>>{{"1", 1}, {"3.5", 3.5}, {"inf", INFINITY}, {"-inf", -INFINITY}})
+    v.push_back({std::string("vector_norm/ord") + name + "/30x70", cpu_call(OpId::kVectorNorm, {30, 70}, {{"dim", 1}, {"ord", ord}})});
   return v;
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "evolve/ops/pool.h"
+#include "tests/unit/reduction_reference.h"
 #include "runtime/ops.h"
 
 // For each output, the exact value (from the float inputs, in double) and a scale: the bound
@@ -358,6 +359,18 @@ void scan(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
     }
 }
 
+// Reductions (reduction_reference.h): sums within 16 ulp of their scale, picks exact.
+void reduction(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  const ReduceGeom g = reduce_geometry(c).value();
+  const auto& x = b["self"];
+  for (auto& e : out) e.k = 16;
+  for (int64_t o = 0; o < g.outer * g.inner; ++o) {
+    const red_ref::Out r = red_ref::fold(g, x, o, FLT_EPSILON);
+    out[0].ref[o] = r.ref, out[0].scale[o] = r.scale;
+    if (out.size() > 1) out[1].ref[o] = r.mean, out[1].scale[o] = r.mean_scale;
+  }
+}
+
 }  // namespace
 
 std::vector<Expect> reference(const OpCall& c, Buffers& b) {
@@ -377,6 +390,7 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
     case OpFamily::kGroupNorm: group_norm(c, b, out); break;
     case OpFamily::kLayerNormBackward: layer_norm_backward(c, b, out); break;
     case OpFamily::kScan: scan(c, b, out); break;
+    case OpFamily::kReduction: reduction(c, b, out); break;
     case OpFamily::kPool:
       out[0].k = 16;
       pool(c, b, out);

@@ -105,6 +105,16 @@ TEST(CpuTemplates, Scan) {
   for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(f64).empty()) << t->name();
 }
 
+TEST(CpuTemplates, Reduction) {
+  Stats st = run_family(reduction_cases(), "cpu.reduction");
+  EXPECT_GT(st.ran, 150);
+  EXPECT_TRUE(st.both("simd"));
+  // Reduced dims that are not one block (0 and 2 of a 3-d input with a middle dim > 1) stay eager's.
+  OpCall apart = cpu_call(OpId::kSum, {4, 3, 5}, {{"dim", {0, 2}}});
+  EXPECT_EQ(apart.outputs[0].sizes, std::vector<int64_t>{3});
+  for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(apart).empty()) << t->name();
+}
+
 TEST(CpuTemplates, Pool) {
   Stats st = run_family(pool_cases(), "cpu.pool");
   EXPECT_GT(st.ran, 0);
@@ -121,7 +131,8 @@ TEST(CpuTemplates, LayerNormBackward) {
 // and the source passes the static check. Up to 160 settings per call, no compiling.
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
-  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases})
+  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases,
+                  &reduction_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
     for (auto& c : softmax_cases(bw)) all.push_back(std::move(c));

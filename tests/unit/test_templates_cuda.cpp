@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,20 @@ std::vector<Case> cases() {
     v.push_back({op, {4096, 64}, DType::kF16, {{"dim", 0}}, 3});
   }
   v.push_back({OpId::kCumsum, {6, 50}, DType::kF32, {{"dim", 1}, {"dtype", "f32"}}});
+  // Reductions: rows, columns (odd inner: scalar loads), few outputs (split), all dims, each
+  // dtype, an fp32 result of bf16, and every op's fold state.
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm}) {
+    v.push_back({op, {128, 4096, 4095}, DType::kF32, {{"dim", 1}}, 4});
+    v.push_back({op, {4096, 4095}, DType::kF32, {{"dim", -1}}, 4});
+    v.push_back({op, {1 << 20, 16}, DType::kBF16, {{"dim", 0}}, 3});
+    v.push_back({op, {5, 3, 17}, DType::kF16, {{"dim", 1}}, 2});
+  }
+  v.push_back({OpId::kSum, {64, 1 << 20}, DType::kF32, {{"dim", "none"}}, 4});
+  v.push_back({OpId::kMean, {8, 4096, 64}, DType::kBF16, {{"dim", {1, 2}}, {"dtype", "f32"}}, 3});
+  v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kF32, {{"dim", "none"}, {"ord", INFINITY}}, 3});
+  v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kBF16, {{"dim", 1}, {"ord", 3}}, 3});
+  v.push_back({OpId::kArgmax, {16, 1024}, DType::kF32, {{"dim", "none"}}, 3});
   return v;
 }
 

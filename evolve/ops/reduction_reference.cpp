@@ -1,0 +1,130 @@
+// Reductions, torch half: eager references and the error model. Every output element folds the
+// r inputs it reduces in some order; the model is output-shaped (FamilyReference::whole), from the
+// fp64 magnitudes of those inputs. Max, min and their indices select an input: exact.
+#include "evolve/ops/reference.h"
+
+#include <cmath>
+
+#include "evolve/ops/reduction.h"
+
+namespace kc::evolve {
+namespace {
+
+// Non-finite inputs have one answer in any order: a sum or norm with a NaN (or both infinities)
+// is NaN, max / min / argmax take the (first) NaN, the variance of a row with one is NaN.
+const std::vector<std::string> kReductionKinds = {"normal", "large", "offset", "extreme", "special"};
+
+at::OptionalIntArrayRef dims_arg(const OpCall& c, std::vector<int64_t>& store) {
+  const ScalarArg* a = c.scalar("dim");
+  if (!a || std::holds_alternative<std::string>(a->value)) return std::nullopt;
+  store = c.list_arg("dim");
+  return at::IntArrayRef(store);
+}
+
+// The requested output dtype; none under run_fp64 (float64 inputs keep float64).
+std::optional<at::ScalarType> dtype_arg(const OpCall& c, const at::Tensor& x) {
+  const std::string want = c.string_arg("dtype", "none");
+  auto d = dtype_from_name(want);
+  if (want == "none" || !d || x.scalar_type() == at::kDouble) return std::nullopt;
+  return to_scalar_type(*d);
+}
+
+std::optional<at::Scalar> correction_arg(const OpCall& c) {
+  const ScalarArg* a = c.scalar("correction");
+  if (!a || std::holds_alternative<std::string>(a->value)) return std::nullopt;
+  if (auto* i = std::get_if<int64_t>(&a->value)) return at::Scalar(*i);
+  return at::Scalar(c.double_arg("correction", 1.0));
+}
+
+std::vector<at::Tensor> reduction_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
+  const at::Tensor& x = in[0];
+  const bool keep = c.int_arg("keepdim", 0) != 0;
+  std::vector<int64_t> store;
+  const at::OptionalIntArrayRef dims = dims_arg(c, store);
+  const at::IntArrayRef list = dims.has_value() ? *dims : at::IntArrayRef();
+  switch (reduce_kind(c.op)) {
+    case ReduceKind::kSum: return {at::sum(x, dims, keep, dtype_arg(c, x))};
+    case ReduceKind::kMean: return {at::mean(x, dims, keep, dtype_arg(c, x))};
+    case ReduceKind::kMax: return {at::amax(x, list, keep)};
+    case ReduceKind::kMin: return {at::amin(x, list, keep)};
+    case ReduceKind::kArgMax:
+    case ReduceKind::kArgMin: {
+      std::optional<int64_t> d;
+      if (const ScalarArg* a = c.scalar("dim"); a && std::holds_alternative<int64_t>(a->value)) d = c.int_arg("dim", 0);
+      return {c.op == OpId::kArgmax ? at::argmax(x, d, keep) : at::argmin(x, d, keep)};
+    }
+    case ReduceKind::kVar: return {at::var(x, dims, correction_arg(c), keep)};
+    case ReduceKind::kStd: return {at::std(x, dims, correction_arg(c), keep)};
+    case ReduceKind::kVarMean: {
+      auto r = at::var_mean(x, dims, correction_arg(c), keep);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    case ReduceKind::kStdMean: {
+      auto r = at::std_mean(x, dims, correction_arg(c), keep);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    case ReduceKind::kNorm: {
+      const ScalarArg* o = c.scalar("ord");
+      const at::Scalar ord = o && std::holds_alternative<int64_t>(o->value) ? at::Scalar(c.int_arg("ord", 2))
+                                                                             : at::Scalar(c.double_arg("ord", 2.0));
+      return {at::linalg_vector_norm(x, ord, dims, keep, dtype_arg(c, x))};
+    }
+  }
+  return {};
+}
+
+// A sum over the reduced dims of t (fp64), in the output's shape.
+at::Tensor fold(const at::Tensor& t, const std::vector<bool>& reduced, bool keep) {
+  std::vector<int64_t> d;
+  for (size_t i = 0; i < reduced.size(); ++i)
+    if (reduced[i]) d.push_back(static_cast<int64_t>(i));
+  if (t.dim() == 0) return t.clone();
+  return at::sum(t, d, keep);
+}
+
+// Output j's condition magnitude, output-shaped, fp64; u is the output dtype's unit roundoff.
+// A sum of n terms in fp32 errs by about sqrt(n) ulp of sum |x| in any order; a mean is that / n;
+// a p-norm (sum |x|^p)^(1/p) has that relative error over p, plus one pow rounding per term.
+// Var: d = x - mean; a Welford or two-pass fold errs by sqrt(n) ulp of sum d^2 plus the
+// deviations' own rounding, 2 sum |d||x| (the mean's error cancels to first order); over the
+// divisor. Std: half var's relative error, at most sqrt of var's absolute error near zero.
+at::Tensor reduction_whole(const OpCall& c, const std::vector<at::Tensor>& in, size_t j) {
+  auto g = reduce_geometry(c);
+  const at::Tensor x = f64(in[0]);
+  const std::vector<int64_t> osz = c.outputs[j].sizes;
+  if (!g.is_ok()) return at::zeros(osz, x.options());
+  const bool keep = c.int_arg("keepdim", 0) != 0;
+  const double n = std::max<double>(1.0, static_cast<double>(x.numel()) / std::max<int64_t>(1, c.outputs[j].numel()));
+  const double sq = std::sqrt(n);
+  const at::Tensor y = run_fp64(c, in)[j].abs();
+  switch (g->kind) {
+    case ReduceKind::kSum: return fold(x.abs(), g->reduced, keep).mul_(sq).add_(y).reshape(osz);
+    case ReduceKind::kMean: return fold(x.abs(), g->reduced, keep).mul_(sq / n).add_(y).reshape(osz);
+    case ReduceKind::kNorm:
+      if (g->ord != NormOrd::kP) return at::zeros(osz, x.options());
+      return (y * ((sq + 2) / g->p)).add_(y).reshape(osz);
+    case ReduceKind::kMax:
+    case ReduceKind::kMin:
+    case ReduceKind::kArgMax:
+    case ReduceKind::kArgMin: return at::zeros(osz, x.options());
+    default: break;
+  }
+  // The var family; output 1 (var_mean / std_mean) is the mean.
+  if (j == 1) return fold(x.abs(), g->reduced, keep).mul_(sq / n).add_(y).reshape(osz);
+  at::Tensor m = fold(x, g->reduced, true).div_(n);
+  if (x.dim() == 0) m = m.reshape({});
+  at::Tensor d = x - m;
+  const double div = std::max(n - g->correction, 1.0);
+  at::Tensor hv = fold(d * d, g->reduced, keep).mul_(sq).add_(fold(d.abs().mul_(x.abs()), g->reduced, keep).mul_(2)).div_(div);
+  hv = hv.reshape(osz);
+  if (g->kind == ReduceKind::kVar || g->kind == ReduceKind::kVarMean) return hv.add_(y);
+  const double u = c.outputs[j].dtype == DType::kF32 ? 1.19e-7 : 7.8e-3;
+  return at::minimum(hv / (2 * y), (hv / u).sqrt_()).add_(y);
+}
+
+}  // namespace
+
+extern const FamilyReference kReductionReference{&reduction_eager, &kReductionKinds, 1e3, 3.0, nullptr, nullptr,
+                                                 nullptr, nullptr, false, &reduction_whole};
+
+}  // namespace kc::evolve

@@ -1,0 +1,414 @@
+// CUDA reduction template (cuda.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
+// var_mean, std_mean and linalg_vector_norm over one block of adjacent dims.
+// Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
+//
+// The input is viewed as [outer, r, inner] (reduction.h). Every op is a fold state S with
+// kc_init / kc_add (one element and its index along r) / kc_merge / kc_store, so one set of
+// kernels serves all of them:
+//   inner == 1 (rows): a group of threads (a warp, or the whole block) folds one row of r
+//     contiguous elements through VEC-wide loads, U loads in flight per thread.
+//   inner > 1 (columns): a block of TX x TY threads covers TX * VB adjacent columns of one outer
+//     slice; each thread folds its VB columns over every TY-th row (coalesced across tx), then
+//     the TY partial states of a column are merged through shared memory.
+//   split = SP > 0, for few outputs and long reductions: each of SP blocks folds a chunk of r
+//     and writes its state to scratch; a second launch merges a column's SP states in a fixed
+//     order (a warp per output), so results are deterministic run to run.
+// Accumulation is fp32 for every dtype. Ties of argmax / argmin go to the lowest index and NaN
+// wins, as in eager, whatever the merge order (kc_better compares indices).
+#include <climits>
+#include <cstdio>
+
+#include "evolve/ops/reduction.h"
+#include "evolve/propose/templates_cuda_common.h"
+
+namespace kc::evolve {
+namespace {
+
+using namespace cuda_tpl;
+using nlohmann::json;
+
+const char* kReduceBody = R"CU(
+__device__ __forceinline__ S kc_warp(S a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) { const S b = kc_shfl(a, o); kc_merge(a, b); }
+  return a;
+}
+// The state of a group of G threads (see the row kernels), valid in its thread 0.
+__device__ __forceinline__ S kc_group(S a, S* sh) {
+  a = kc_warp(a);
+  if constexpr (G > 32) {
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = a;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 1; w < G / 32; ++w) kc_merge(a, sh[w]);
+  }
+  return a;
+}
+struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
+// Elements [lo, hi) of a row (lo and hi multiples of VEC) folded by thread t of a group of G.
+__device__ __forceinline__ S kc_fold_row(const T* __restrict__ row, long long lo, long long hi, int t) {
+  S a = kc_init();
+  const V* v = reinterpret_cast<const V*>(row);
+  long long i = lo / VEC + t;
+  const long long e = hi / VEC;
+  for (; i + (U - 1) * G < e; i += U * G) {
+    V r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) r[u] = v[i + u * G];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) kc_add(a, ld(r[u].v[k]), (i + u * G) * VEC + k);
+  }
+  for (; i < e; i += G) {
+    const V r = v[i];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) kc_add(a, ld(r.v[k]), i * VEC + k);
+  }
+  return a;
+}
+extern "C" __global__ void __launch_bounds__(NT) kc_red_rows(KC_OUT_PARAMS, const T* __restrict__ x, long long M,
+                                                             long long R) {
+  __shared__ S sh[32];
+  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
+  if (row >= M) return;   // whole warps only (G == 32); a block row always exists
+  const S a = kc_group(kc_fold_row(x + row * R, 0, R, t), sh);
+  if (t == 0) kc_store(KC_OUT_ARGS, row, a);
+}
+// Block b folds chunk b % SP of row b / SP (G == NT: a block per chunk).
+extern "C" __global__ void __launch_bounds__(NT) kc_red_rows_part(S* __restrict__ part, const T* __restrict__ x,
+                                                                  long long R, int SP, long long CH) {
+  __shared__ S sh[32];
+  const long long row = blockIdx.x / SP, lo = (blockIdx.x % SP) * CH;
+  const S a = kc_group(kc_fold_row(x + row * R, lo, min(R, lo + CH), threadIdx.x), sh);
+  if (threadIdx.x == 0) part[blockIdx.x] = a;
+}
+// A warp per output merges its SP partial states in order.
+extern "C" __global__ void __launch_bounds__(256) kc_red_finish(KC_OUT_PARAMS, const S* __restrict__ part,
+                                                                long long NOUT, int SP) {
+  const long long o = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (o >= NOUT) return;
+  const int lane = threadIdx.x & 31;
+  S a = kc_init();
+  for (int q = lane; q < SP; q += 32) kc_merge(a, part[o * SP + q]);
+  a = kc_warp(a);
+  if (lane == 0) kc_store(KC_OUT_ARGS, o, a);
+}
+struct alignas(sizeof(T) * VB) VW { T v[VB]; };
+// Columns: block (o, tile) in grid x, chunk of rows in grid y; thread (tx, ty) folds columns
+// c0 .. c0 + VB - 1 over rows lo + ty, lo + ty + TY, ... < hi. Returns in ty == 0 threads.
+__device__ __forceinline__ bool kc_fold_cols(S a[VB], S* sh, const T* __restrict__ x, long long I, long long R,
+                                             long long TILES, long long lo, long long hi, long long& col) {
+  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const long long o = blockIdx.x / TILES, c0 = ((blockIdx.x % TILES) * TX + tx) * VB;
+#pragma unroll
+  for (int k = 0; k < VB; ++k) a[k] = kc_init();
+  if (c0 < I) {
+    const T* base = x + o * R * I + c0;
+    long long r = lo + ty;
+    for (; r + (U - 1) * TY < hi; r += U * TY) {
+      VW w[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) w[u] = *reinterpret_cast<const VW*>(base + (r + u * TY) * I);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int k = 0; k < VB; ++k) kc_add(a[k], ld(w[u].v[k]), r + u * TY);
+    }
+    for (; r < hi; r += TY) {
+      const VW w = *reinterpret_cast<const VW*>(base + r * I);
+#pragma unroll
+      for (int k = 0; k < VB; ++k) kc_add(a[k], ld(w.v[k]), r);
+    }
+  }
+  if constexpr (TY > 1) {
+#pragma unroll
+    for (int k = 0; k < VB; ++k) sh[threadIdx.x * VB + k] = a[k];
+    __syncthreads();
+    if (ty == 0)
+      for (int w = 1; w < TY; ++w)
+#pragma unroll
+        for (int k = 0; k < VB; ++k) kc_merge(a[k], sh[(w * TX + tx) * VB + k]);
+  }
+  col = o * I + c0;
+  return ty == 0 && c0 < I;
+}
+extern "C" __global__ void __launch_bounds__(NT) kc_red_cols(KC_OUT_PARAMS, const T* __restrict__ x, long long I,
+                                                             long long R, long long TILES) {
+  __shared__ S sh[TY > 1 ? NT * VB : 1];
+  S a[VB];
+  long long col;
+  if (kc_fold_cols(a, sh, x, I, R, TILES, 0, R, col))
+#pragma unroll
+    for (int k = 0; k < VB; ++k) kc_store(KC_OUT_ARGS, col + k, a[k]);
+}
+extern "C" __global__ void __launch_bounds__(NT) kc_red_cols_part(S* __restrict__ part, const T* __restrict__ x,
+                                                                  long long I, long long R, long long TILES, long long CH) {
+  __shared__ S sh[TY > 1 ? NT * VB : 1];
+  S a[VB];
+  long long col;
+  const long long lo = blockIdx.y * CH;
+  if (kc_fold_cols(a, sh, x, I, R, TILES, lo, min(R, lo + CH), col))
+#pragma unroll
+    for (int k = 0; k < VB; ++k) part[(col + k) * gridDim.y + blockIdx.y] = a[k];
+}
+)CU";
+
+// A float literal of v in device code ("3f" is not one).
+std::string flit(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "((float)%.17g)", v);
+  return b;
+}
+
+// The fold state of each kind (device code): S, kc_init, kc_add, kc_merge, kc_shfl, kc_store.
+std::string fold_state(const ReduceGeom& g) {
+  const ReduceKind k = g.kind;
+  const bool arg = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin;
+  const bool welford = k == ReduceKind::kVar || k == ReduceKind::kStd || k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
+  const bool pick = k == ReduceKind::kMax || k == ReduceKind::kMin || (k == ReduceKind::kNorm && g.ord != NormOrd::kP);
+  if (arg) {
+    const char* cmp = k == ReduceKind::kArgMax ? ">" : "<";
+    return std::string(R"CU(struct S { float v; long long i; };
+__device__ __forceinline__ S kc_init() { return S{)CU") + (k == ReduceKind::kArgMax ? "-KC_INF" : "KC_INF") +
+           R"CU(, 0x7fffffffffffffffLL}; }
+// a (at index ia) beats b: NaN beats numbers, then the better value, then the lower index.
+__device__ __forceinline__ bool kc_better(float a, long long ia, float b, long long ib) {
+  if (a != a) return b == b || ia < ib;
+  if (b != b) return false;
+  return a )CU" + cmp + R"CU( b || (a == b && ia < ib);
+}
+__device__ __forceinline__ void kc_add(S& s, float v, long long j) { if (kc_better(v, j, s.v, s.i)) { s.v = v; s.i = j; } }
+__device__ __forceinline__ void kc_merge(S& a, const S& b) { if (kc_better(b.v, b.i, a.v, a.i)) a = b; }
+__device__ __forceinline__ S kc_shfl(const S& s, int o) {
+  return S{__shfl_down_sync(0xffffffffu, s.v, o), __shfl_down_sync(0xffffffffu, s.i, o)};
+}
+__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = s.i; }
+)CU";
+  }
+  if (welford) {
+    const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
+    const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
+    const std::string corr = flit(g.correction);
+    return std::string(R"CU(struct S { float n, m, q; };   // Welford: count, mean, sum of squared deviations
+__device__ __forceinline__ S kc_init() { return S{0.f, 0.f, 0.f}; }
+__device__ __forceinline__ void kc_add(S& s, float v, long long) {
+  s.n += 1.f;
+  const float d = v - s.m;
+  s.m += d / s.n;
+  s.q += d * (v - s.m);
+}
+// Chan's merge; a state with no elements leaves the other unchanged.
+__device__ __forceinline__ void kc_merge(S& a, const S& b) {
+  if (b.n == 0.f) return;
+  if (a.n == 0.f) { a = b; return; }
+  const float n = a.n + b.n, d = b.m - a.m, f = b.n / n;
+  a.m += d * f;
+  a.q += b.q + d * d * a.n * f;
+  a.n = n;
+}
+__device__ __forceinline__ S kc_shfl(const S& s, int o) {
+  return S{__shfl_down_sync(0xffffffffu, s.n, o), __shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.q, o)};
+}
+__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) {
+  const float div = fmaxf(s.n - )CU") + corr + R"CU(, 0.f);
+  const float var = s.q / div;
+  out0[o] = sto()CU" + (sd ? "sqrtf(var)" : "var") + ");\n" + (two ? "  out1[o] = sto(s.m);\n" : "") + "}\n";
+  }
+  std::string s = "typedef float S;\n__device__ __forceinline__ S kc_shfl(const S& s, int o) { return __shfl_down_sync(0xffffffffu, s, o); }\n";
+  if (pick) {
+    const bool max = k == ReduceKind::kMax || (k == ReduceKind::kNorm && g.ord == NormOrd::kInf);
+    const std::string w = k == ReduceKind::kNorm ? "fabsf(v)" : "v";
+    const char* cmp = max ? ">" : "<";
+    // NaN is sticky: once the state is NaN no comparison replaces it.
+    return s + "__device__ __forceinline__ S kc_init() { return " + (max ? "-KC_INF" : "KC_INF") + "; }\n" +
+           "__device__ __forceinline__ void kc_merge(S& a, const S& b) { if (b " + cmp + " a || b != b) a = b; }\n" +
+           "__device__ __forceinline__ void kc_add(S& s, float v, long long) { kc_merge(s, " + w + "); }\n" +
+           "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s); }\n";
+  }
+  std::string term = "v", fin = "s";
+  if (k == ReduceKind::kMean) fin = "s / " + S(g.r) + ".f";
+  if (k == ReduceKind::kNorm) {
+    const std::string p = flit(g.p);
+    if (g.p == 1) term = "fabsf(v)";
+    else if (g.p == 2) term = "v * v", fin = "sqrtf(s)";
+    else term = std::string("powf(fabsf(v), ") + p + ")", fin = std::string("powf(s, 1.f / ") + p + ")";
+  }
+  return s + "__device__ __forceinline__ S kc_init() { return 0.f; }\n" +
+         "__device__ __forceinline__ void kc_add(S& s, float v, long long) { s += " + term + "; }\n" +
+         "__device__ __forceinline__ void kc_merge(S& a, const S& b) { a += b; }\n" +
+         "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(" + fin + "); }\n";
+}
+
+int64_t state_bytes(ReduceKind k) {
+  if (k == ReduceKind::kArgMax || k == ReduceKind::kArgMin) return 16;
+  if (k == ReduceKind::kVar || k == ReduceKind::kStd || k == ReduceKind::kVarMean || k == ReduceKind::kStdMean) return 12;
+  return 4;
+}
+
+struct RedCall {
+  ReduceGeom g;
+  DType x = DType::kF32, o = DType::kF32;
+  bool two = false;   // var_mean / std_mean: a second output
+};
+
+// The call's geometry; false when this template does not handle it.
+bool red_call(const OpCall& c, RedCall& rc) {
+  if (c.backend != BackendKind::kCuda || op_info(c.op).family != OpFamily::kReduction || !c.dense() || c.outputs.empty())
+    return false;
+  const TensorMeta* x = c.input("self");
+  if (!x || !x->defined || !elem_dtype(x->dtype) || x->numel() == 0) return false;
+  auto g = reduce_geometry(c);
+  if (!g.is_ok() || !g->block || g->outer * g->r * g->inner != x->numel()) return false;
+  rc.g = g.value();
+  rc.x = x->dtype;
+  rc.o = c.outputs[0].dtype;
+  rc.two = c.outputs.size() == 2;
+  const bool arg = rc.g.kind == ReduceKind::kArgMax || rc.g.kind == ReduceKind::kArgMin;
+  if (arg ? rc.o != DType::kI64 : (rc.o != rc.x && rc.o != DType::kF32)) return false;
+  const bool welford = state_bytes(rc.g.kind) == 12;
+  if (welford && rc.g.r > (int64_t{1} << 24)) return false;   // the count is an exact fp32 integer
+  return rc.g.outer * rc.g.inner < (int64_t{1} << 40);
+}
+
+// Knobs. Rows (inner == 1): threads, rows (warps a block), vec, unroll, split. Columns: tx, ty,
+// vec (columns a thread), unroll, split.
+std::vector<KnobDim> red_space(const RedCall& rc) {
+  const ReduceGeom& g = rc.g;
+  std::vector<KnobDim> sp;
+  std::vector<int64_t> splits = {0};
+  if (g.inner == 1) {
+    auto vecs = vec_values(rc.x, g.r);
+    const int64_t vec = vecs.back();
+    const int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(g.r / vec, 8)), 32, 1024);
+    sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, nt)});
+    sp.push_back({"rows", with_default({1, 2, 4, 8}, nt == 32 ? 4 : 1)});
+    sp.push_back({"vec", with_default(vecs, vec)});
+    for (int64_t s : {2, 4, 8, 16, 33, 66, 132, 264, 528, 1056})
+      if (g.r / s >= 2048 && g.outer * s <= INT_MAX) splits.push_back(s);
+  } else {
+    std::vector<int64_t> vecs;
+    for (int64_t v : {1, 2, 4, 8})
+      if ((v <= 4 || rc.x != DType::kF32) && g.inner % v == 0) vecs.push_back(v);
+    int64_t vb = 1;
+    for (int64_t v : vecs)
+      if (g.inner / v >= 32) vb = v;
+    const int64_t tx = std::clamp<int64_t>(pow2_ceil(g.inner / vb), 8, 32);
+    sp.push_back({"tx", with_default({8, 16, 32, 64, 128, 256}, tx)});
+    sp.push_back({"ty", with_default({1, 2, 4, 8, 16, 32}, std::max<int64_t>(1, 256 / tx))});
+    sp.push_back({"vec", with_default(vecs, vb)});
+    for (int64_t s : {2, 4, 8, 16, 32, 64, 128, 256, 512})
+      if (g.r / s >= 16) splits.push_back(s);
+  }
+  sp.push_back({"unroll", {4, 1, 2, 8}});
+  // Split by default when the outputs' blocks cannot fill the GPU: about 4 blocks an SM.
+  const int64_t blocks = g.inner == 1 ? g.outer : g.outer * cdiv(g.inner, sp[0].values.front() * sp[2].values.front());
+  int64_t def = 0;
+  if (blocks < 2 * kSms)
+    for (int64_t s : splits)
+      if (s > 0 && (def == 0 || blocks * def < 4 * kSms)) def = s;
+  sp.push_back({"split", with_default(splits, def)});
+  return sp;
+}
+
+// Output element type OT and sto(); for argmax OT is the int64 index.
+std::string out_prelude(const RedCall& rc) {
+  std::string s;
+  if (rc.o == DType::kI64) s = "typedef long long OT;\n";
+  else if (rc.o == DType::kF32) s = "typedef float OT;\n__device__ __forceinline__ OT sto(float v) { return v; }\n";
+  else s = "typedef T OT;\n__device__ __forceinline__ OT sto(float v) { return st(v); }\n";
+  s += rc.two ? "#define KC_OUT_PARAMS OT* __restrict__ out0, OT* __restrict__ out1\n#define KC_OUT_ARGS out0, out1\n"
+              : "#define KC_OUT_PARAMS OT* __restrict__ out0\n#define KC_OUT_ARGS out0\n";
+  return s;
+}
+
+class ReductionTemplate : public Template {
+ public:
+  const char* name() const override { return "cuda.reduction"; }
+  BackendKind backend() const override { return BackendKind::kCuda; }
+
+  std::vector<KnobDim> space(const OpCall& c) const override {
+    RedCall rc;
+    return red_call(c, rc) ? red_space(rc) : std::vector<KnobDim>{};
+  }
+
+  Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
+    RedCall rc;
+    if (!red_call(c, rc)) return unsupported("cuda.reduction does not handle this call");
+    auto kr = pick(red_space(rc), kin);
+    if (!kr.is_ok()) return kr.status();
+    Knobs k = kr.value();
+    const ReduceGeom& g = rc.g;
+    std::string consts;
+    int64_t g_threads = 32, rpb = 1, vec = 1, tx = 1, ty = 1, vb = 1;
+    if (g.inner == 1) {
+      if (k["split"] > 0 && k["threads"] == 32) k["threads"] = 256;   // a block per chunk
+      g_threads = k["threads"];
+      if (g_threads > 32 || k["split"] > 0) k["rows"] = 1;
+      rpb = k["rows"], vec = k["vec"];
+      if (g.r % vec != 0) return unsupported("vec does not divide the row");
+      if (cdiv(g.outer, rpb) > INT_MAX) return unsupported("too many rows for one grid");
+    } else {
+      tx = k["tx"], ty = k["ty"], vb = k["vec"];
+      if (tx * ty > 1024 || tx * ty < 32) return unsupported("block of " + S(tx * ty) + " threads");
+      if (tx * ty * vb * state_bytes(g.kind) > 32768) return unsupported("shared memory of the column merge");
+      if (cdiv(g.inner, tx * vb) * g.outer > INT_MAX) return unsupported("too many column tiles for one grid");
+    }
+    consts = "constexpr int G = " + S(g_threads) + ", RPB = " + S(rpb) + ", VEC = " + S(vec) + ", TX = " + S(tx) +
+             ", TY = " + S(ty) + ", VB = " + S(vb) + ", U = " + S(k["unroll"]) + ", NT = " +
+             S(g.inner == 1 ? g_threads * rpb : tx * ty) + ";\n";
+    const std::string src = "// kernelcraft cuda.reduction " + std::string(op_info(c.op).name) + " " + dtype_name(rc.x) +
+                            " -> " + dtype_name(rc.o) + (g.inner == 1 ? " rows" : " columns") + "\n" +
+                            dtype_prelude(rc.x) + consts + out_prelude(rc) + fold_state(g) + kReduceBody;
+    auto lr = launches(rc, k);
+    if (!lr.is_ok()) return lr.status();
+    return make_candidate(name(), std::move(k), src, std::move(lr.value().first), std::move(lr.value().second));
+  }
+
+ private:
+  // The launch list and scratch of a setting; sizes are the key's, so they are literals.
+  static Result<std::pair<json, json>> launches(const RedCall& rc, const Knobs& k) {
+    const ReduceGeom& g = rc.g;
+    std::vector<std::string> outs = {"ptr:out0"};
+    if (rc.two) outs.push_back("ptr:out1");
+    auto with = [&](std::vector<std::string> tail) {
+      std::vector<std::string> a = outs;
+      a.insert(a.end(), tail.begin(), tail.end());
+      return a;
+    };
+    const int64_t nout = g.outer * g.inner, split = k.at("split");
+    json ls = json::array(), scratch;
+    if (g.inner == 1) {
+      const int64_t nt = k.at("threads") * k.at("rows");
+      if (split == 0) {
+        ls.push_back(launch("kc_red_rows", {S(cdiv(g.outer, k.at("rows")))}, {nt}, with({"ptr:self", "i64:" + S(g.outer), "i64:" + S(g.r)})));
+        return std::make_pair(ls, json());
+      }
+      const int64_t vec = k.at("vec"), ch = cdiv(cdiv(g.r, split), vec) * vec;
+      ls.push_back(launch("kc_red_rows_part", {S(g.outer * split)}, {nt},
+                          {"ptr:part", "ptr:self", "i64:" + S(g.r), "i32:" + S(split), "i64:" + S(ch)}));
+    } else {
+      const int64_t tiles = cdiv(g.inner, k.at("tx") * k.at("vec")), nt = k.at("tx") * k.at("ty");
+      const std::string grid = S(g.outer * tiles);
+      if (split == 0) {
+        ls.push_back(launch("kc_red_cols", {grid}, {nt}, with({"ptr:self", "i64:" + S(g.inner), "i64:" + S(g.r), "i64:" + S(tiles)})));
+        return std::make_pair(ls, json());
+      }
+      ls.push_back(launch("kc_red_cols_part", {grid, S(split)}, {nt},
+                          {"ptr:part", "ptr:self", "i64:" + S(g.inner), "i64:" + S(g.r), "i64:" + S(tiles), "i64:" + S(cdiv(g.r, split))}));
+    }
+    ls.push_back(launch("kc_red_finish", {S(cdiv(nout, 8))}, {256}, with({"ptr:part", "i64:" + S(nout), "i32:" + S(split)})));
+    scratch = json::array({{{"name", "part"}, {"bytes", S(nout * split * state_bytes(g.kind))}}});
+    return std::make_pair(ls, scratch);
+  }
+};
+
+}  // namespace
+
+const Template* cuda_reduction_template() {
+  static const ReductionTemplate t;
+  return &t;
+}
+
+}  // namespace kc::evolve

@@ -1,0 +1,70 @@
+// The reduction family's reference for the template tests (CPU: template_cpu_reference_reduction.cpp,
+// GPU: tests/gpu/template_gpu_reference.cpp): each output folds its r inputs (the [outer, r, inner]
+// view of reduce_geometry) in double, straight from the definition. Max / min values and argmax /
+// argmin indices are exact (first index on ties, the first NaN wins); a sum's scale is its
+// magnitude, the variance's that of its deviations (the mean's error cancels to first order).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "evolve/ops/reduction.h"
+
+namespace kc::evolve::red_ref {
+
+// One output's reference and error scale; mean / mean_scale: var_mean / std_mean's output 1.
+struct Out {
+  double ref = 0, scale = 0, mean = 0, mean_scale = 0;
+};
+
+// Output o of `g` from x (any container of values indexable by int64).
+template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double unit) {
+  const int64_t base = (o / g.inner) * g.r * g.inner + o % g.inner;
+  const bool want_max = g.kind == ReduceKind::kMax || g.kind == ReduceKind::kArgMax ||
+                        (g.kind == ReduceKind::kNorm && g.ord == NormOrd::kInf);
+  double sum = 0, abs = 0, pw = 0, best = 0;
+  int64_t at = -1;
+  for (int64_t l = 0; l < g.r; ++l) {
+    double v = x[base + l * g.inner];
+    sum += v;
+    abs += std::fabs(v);
+    if (g.kind == ReduceKind::kNorm) {
+      v = std::fabs(v);
+      if (g.ord == NormOrd::kP) pw += std::pow(v, g.p);
+    }
+    if (at < 0 || (!std::isnan(best) && (std::isnan(v) || (want_max ? v > best : v < best)))) best = v, at = l;
+  }
+  const double n = static_cast<double>(g.r), mean = sum / n;
+  Out r;
+  r.mean = mean;
+  r.mean_scale = abs / n + std::fabs(mean);
+  switch (g.kind) {
+    case ReduceKind::kSum: r.ref = sum, r.scale = abs + std::fabs(sum); return r;
+    case ReduceKind::kMean: r.ref = mean, r.scale = r.mean_scale; return r;
+    case ReduceKind::kMax:
+    case ReduceKind::kMin: r.ref = best; return r;
+    case ReduceKind::kArgMax:
+    case ReduceKind::kArgMin: r.ref = static_cast<double>(at); return r;
+    case ReduceKind::kNorm:
+      if (g.ord != NormOrd::kP) r.ref = best;
+      else r.ref = std::pow(pw, 1.0 / g.p), r.scale = 4 * std::fabs(r.ref);
+      return r;
+    default: break;
+  }
+  double dev2 = 0, devx = 0;
+  for (int64_t l = 0; l < g.r; ++l) {
+    const double v = x[base + l * g.inner], d = v - mean;
+    dev2 += d * d;
+    devx += std::fabs(d) * std::fabs(v);
+  }
+  const double div = std::max(n - g.correction, 0.0);
+  const double var = dev2 / div, hv = (dev2 + 2 * devx) / std::max(div, 1.0);
+  const bool sd = g.kind == ReduceKind::kStd || g.kind == ReduceKind::kStdMean;
+  r.ref = sd ? std::sqrt(var) : var;
+  // Std: half var's relative error, and at most the square root of its absolute error near 0.
+  r.scale = sd ? std::min(hv / (2 * r.ref), std::sqrt(hv / unit)) + r.ref : hv + var;
+  return r;
+}
+
+}  // namespace kc::evolve::red_ref
