@@ -51,7 +51,7 @@ std::string cpu_state(const ReduceGeom& g) {
                        "  (void)o1;\n"
                        "  const double div = s->n - ") + corr + " > 0 ? s->n - " + corr + " : 0;\n"
            "  const double var = s->q / div;\n"
-           "  o0[o] = (float)" + (sd ? "sqrt(var)" : "var") + ";\n" + (two ? "  o1[o] = (float)s->m;\n" : "") + "}\n";
+           "  o0[o] = (float)" + (sd ? "sqrt(var)" : "var") + ";\n" + (two ? "  o1[o] = (float)(s->m + 0.0 * s->q);   /* NaN once inf or NaN was folded */\n" : "") + "}\n";
   }
   const bool pick = k == ReduceKind::kMax || k == ReduceKind::kMin || (k == ReduceKind::kNorm && g.ord != NormOrd::kP);
   if (pick) {

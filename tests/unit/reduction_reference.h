@@ -37,7 +37,10 @@ template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double u
   }
   const double n = static_cast<double>(g.r), mean = sum / n;
   Out r;
-  r.mean = mean;
+  // Welford's mean (var_mean / std_mean) turns NaN once it meets an infinity, wherever it sits.
+  const bool welford = g.kind == ReduceKind::kVar || g.kind == ReduceKind::kStd || g.kind == ReduceKind::kVarMean ||
+                       g.kind == ReduceKind::kStdMean;
+  r.mean = welford && !std::isfinite(sum) ? NAN : mean;
   r.mean_scale = abs / n + std::fabs(mean);
   switch (g.kind) {
     case ReduceKind::kSum: r.ref = sum, r.scale = abs + std::fabs(sum); return r;
