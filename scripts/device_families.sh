@@ -13,7 +13,7 @@ timeout 240 bash -c "cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH=$PWD/.device-
 echo "build: $(( $(date +%s) - t0 )) s"
 t=$(date +%s)
 timeout ${TPL_S:-120} $B/tests/kc_template_gpu_tests --gtest_brief=1 \
-  --gtest_filter="${TPL_FILTER:-Gpu.Unary:Gpu.UnaryBackward:Gpu.Scan:Gpu.GroupNorm:Gpu.Pool:Gpu.BatchNorm}" > $OUT/template_gpu.txt 2>&1
+  --gtest_filter="${TPL_FILTER:-Gpu.Unary:Gpu.UnaryBackward:Gpu.Scan:Gpu.GroupNorm:Gpu.Pool:Gpu.BatchNorm:Gpu.PoolBackward}" > $OUT/template_gpu.txt 2>&1
 echo "template gpu tests rc=$? ($(( $(date +%s) - t )) s)"; grep -E "FAILED|PASSED|checked" $OUT/template_gpu.txt | head -30
 t=$(date +%s)
 timeout ${MS_S:-300} python3 benchmarks/model_shapes.py --only "$ONLY" --dtypes "$DT" --modes fwd --out $OUT/ms --lib $LIB \

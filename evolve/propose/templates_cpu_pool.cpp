@@ -1,4 +1,5 @@
-// CPU pooling template (cpu.pool): max_pool2d/3d_with_indices and avg_pool2d/3d, fp32, dense.
+// CPU pooling template (cpu.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
+// _adaptive_avg_pool2d/3d, fp32, dense.
 // A block is a run of output rows (plane, t, h); each output scans its window in (t, h, w) order,
 // so results are the same however blocks are split over threads. 2d is 3d with a one-deep t axis.
 // Part of the CPU op-family templates (overview in templates_cpu.cpp).
@@ -11,13 +12,17 @@ namespace {
 using namespace cpu_tpl;
 using nlohmann::json;
 
-// The window of output o along one axis, as eager forms it: max steps a start in the padding by
-// whole dilations to the first tap inside; avg counts the padded extent (count_include_pad), then
-// clips to the input.
-const char* kWindowFn = R"K(static inline void kc_win(int64_t o, int64_t s, int64_t p, int64_t k, int64_t d, int64_t n,
-                           int64_t* lo, int64_t* hi, int64_t* padded) {
+// The window of output o (of on) along one axis, as eager forms it: max steps a start in the
+// padding by whole dilations to the first tap inside; avg counts the padded extent
+// (count_include_pad), then clips to the input; adaptive is [floor(o n / on), ceil((o + 1) n / on)).
+const char* kWindowFn = R"K(static inline void kc_win(int64_t o, int64_t on, int64_t s, int64_t p, int64_t k, int64_t d,
+                           int64_t n, int64_t* lo, int64_t* hi, int64_t* padded) {
   int64_t l = o * s - p, h;
-  if (KC_MAX) {
+  if (KC_ADAPTIVE) {
+    l = o * n / on;
+    h = ((o + 1) * n + on - 1) / on;
+    *padded = h - l;
+  } else if (KC_MAX) {
     h = l + (k - 1) * d + 1 < n ? l + (k - 1) * d + 1 : n;
     if (l < 0) l += ((-l + d - 1) / d) * d;
     *padded = 0;
@@ -40,11 +45,11 @@ const char* kPoolBody = R"K(  (void)divisor; (void)include_pad; (void)dT; (void)
       const int64_t oh = r % OH, r2 = r / OH, ot = r2 % OT, plane = r2 / OT;
       const float* xp = in + plane * IT * IH * IW;
       int64_t t0, t1, tn, h0, h1, hn;
-      kc_win(ot, sT, pT, kT, dT, IT, &t0, &t1, &tn);
-      kc_win(oh, sH, pH, kH, dH, IH, &h0, &h1, &hn);
+      kc_win(ot, OT, sT, pT, kT, dT, IT, &t0, &t1, &tn);
+      kc_win(oh, OH, sH, pH, kH, dH, IH, &h0, &h1, &hn);
       for (int64_t ow = 0; ow < OW; ++ow) {
         int64_t w0, w1, wn;
-        kc_win(ow, sW, pW, kW, dW, IW, &w0, &w1, &wn);
+        kc_win(ow, OW, sW, pW, kW, dW, IW, &w0, &w1, &wn);
 @OUTPUT@      }
     }
   }
@@ -118,7 +123,8 @@ class PoolTemplate : public Template {
     a.i64("divisor", str(g.divisor));
     a.i64("include_pad", g.count_include_pad ? "1" : "0");
     std::string body = replace_all(kPoolBody, "@OUTPUT@", mx ? kMaxOut : kAvgOut);
-    std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") + "\n" +
+    std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") +
+                      "\n#define KC_ADAPTIVE " + (g.adaptive ? "1" : "0") + "\n" +
                       (mx ? "" : accumulators(k->at("acc") != 0)) + kWindowFn + kernel(entry, a, body);
     const int64_t per = k->at("rows");
     json l = json::array({launch(entry, "ceil_div(numel(out0) / size(out0,-1), " + str(per) + ")", per, a.spec)});

@@ -1,6 +1,7 @@
-// CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices and avg_pool2d/3d over dense
-// (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t axis, so
-// one body serves all four ops. Each thread owns VPT consecutive outputs of one output row; sizes,
+// CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
+// _adaptive_avg_pool2d/3d (all but the global 1x1 output, templates_cuda_pool_global.cpp) over
+// dense (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t
+// axis, so one body serves all six ops. Each thread owns VPT consecutive outputs of one output row; sizes,
 // windows, strides, padding and dilation are kernel arguments (the lists become literal int
 // arguments at render time), so the source depends on op, dtype and knobs only. Overlapping
 // windows re-read their input from L1/L2; adjacent threads read adjacent columns (coalesced).
@@ -13,13 +14,18 @@ namespace {
 using namespace cuda_tpl;
 using nlohmann::json;
 
-// The window of output o along one axis: [lo, hi) stepped by dil. Max: taps start at the first
-// one inside the input (eager steps a negative start by whole dilations); avg: the padded extent
-// is the count_include_pad divisor, then the window is clipped to the input.
+// The window of output o (of on) along one axis: [lo, hi) stepped by dil. Max: taps start at the
+// first one inside the input (eager steps a negative start by whole dilations); avg: the padded
+// extent is the count_include_pad divisor, then the window is clipped to the input; adaptive:
+// [floor(o n / on), ceil((o + 1) n / on)), in 64-bit products.
 const char* kPoolBody = R"CU(
-__device__ __forceinline__ void kc_win(int o, int s, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
+__device__ __forceinline__ void kc_win(int o, int on, int s, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
   lo = o * s - p;
-  if constexpr (MAX) {
+  if constexpr (ADAPTIVE) {
+    lo = (int)((long long)o * n / on);
+    hi = (int)(((long long)(o + 1) * n + on - 1) / on);
+    padded = hi - lo;
+  } else if constexpr (MAX) {
     hi = min(lo + (k - 1) * dil + 1, n);
     if (lo < 0) lo += ((-lo + dil - 1) / dil) * dil;
     padded = 0;
@@ -49,15 +55,15 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
     }
     const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
     int t0, t1, tn, h0, h1, hn;
-    kc_win(ot, sT, pT, kT, dT, IT, t0, t1, tn);
-    kc_win(oh, sH, pH, kH, dH, IH, h0, h1, hn);
+    kc_win(ot, OT, sT, pT, kT, dT, IT, t0, t1, tn);
+    kc_win(oh, OH, sH, pH, kH, dH, IH, h0, h1, hn);
     const int ow0 = oc * VPT;
     int w0[VPT], w1[VPT], wn[VPT];
     float acc[VPT];
     long long best[VPT];
 #pragma unroll
     for (int v = 0; v < VPT; ++v) {
-      kc_win(min(ow0 + v, OW - 1), sW, pW, kW, dW, IW, w0[v], w1[v], wn[v]);
+      kc_win(min(ow0 + v, OW - 1), OW, sW, pW, kW, dW, IW, w0[v], w1[v], wn[v]);
       acc[v] = MAX ? -KC_INF : 0.f;
       best[v] = ((long long)t0 * IH + h0) * IW + w0[v];   // eager's index when nothing beats -inf
     }
@@ -121,11 +127,12 @@ class PoolTemplate : public Template {
     const bool gs = k.at("gs") != 0, mx = is_max(c.op);
     const int64_t items = g.planes * g.out[0] * g.out[1] * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
-    const std::string entry = mx ? "kc_max_pool" : "kc_avg_pool";
+    const std::string entry = mx ? "kc_max_pool" : g.adaptive ? "kc_adaptive_avg_pool" : "kc_avg_pool";
     const DType dt = c.inputs[0].dtype;
     std::string src = "// kernelcraft cuda.pool " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
-                      (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
+                      (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") +
+                      ", ADAPTIVE = " + (g.adaptive ? "true" : "false") + ";\n" +
                       (mx ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
                       with_entry(kPoolBody, entry);
@@ -143,7 +150,7 @@ class PoolTemplate : public Template {
     for (const int64_t* v : {g.k, g.s, g.p, g.d})
       for (int a = 0; a < 3; ++a) args.push_back("i32:" + S(v[a]));
     args.push_back("i32:" + S(g.divisor));
-    args.push_back(std::string("i32:") + (g.count_include_pad ? "1" : "0"));
+    args.push_back(std::string("i32:") + (g.count_include_pad || g.adaptive ? "1" : "0"));
     const std::string its = "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
     const std::string grid = gs ? "min(ceil_div(" + its + ", " + S(nt) + "), " + S(kSms * (2048 / nt)) + ")"
                                 : "ceil_div(" + its + ", " + S(nt) + ")";
@@ -155,7 +162,7 @@ class PoolTemplate : public Template {
     if (c.backend != BackendKind::kCuda || op_info(c.op).family != OpFamily::kPool || !c.dense()) return false;
     if (c.inputs.empty() || !c.inputs[0].defined || !elem_dtype(c.inputs[0].dtype) || c.inputs[0].numel() == 0) return false;
     auto r = pool_geometry(c);
-    if (!r.is_ok()) return false;
+    if (!r.is_ok() || r->global()) return false;   // the global average: cuda.pool_global
     g = r.value();
     const size_t nout = g.max ? 2 : 1;
     if (c.outputs.size() != nout || !c.outputs[0].defined || c.outputs[0].dtype != c.inputs[0].dtype) return false;

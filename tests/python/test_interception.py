@@ -54,6 +54,8 @@ FORWARD = {
         x.shape[1], dtype=x.dtype), training=False) if x.dim() == 2 and x.shape[0] else x,
     "max_pool": lambda x: F.max_pool1d(x, 3, 2, 1, return_indices=True)[0] if x.dim() == 2 and x.shape[0] else x,
     "avg_pool": lambda x: F.avg_pool1d(x, 3, 2, 1) if x.dim() == 2 and x.shape[0] else x,
+    # 1d adaptive pooling reaches _adaptive_avg_pool2d (a 1x1 output would be a mean instead)
+    "adaptive_avg_pool": lambda x: F.adaptive_avg_pool1d(x, 5) if x.dim() == 2 and x.shape[0] else x,
 }
 # Ops and dtypes eager itself does not implement on the CPU.
 UNSUPPORTED = {("logcumsumexp", torch.float16), ("avg_pool", torch.float16)}
