@@ -176,6 +176,30 @@ void pool_windows_of(const PoolGeom& g, int a, int64_t i, int64_t& lo, int64_t& 
   hi = std::min((i + g.p[a]) / g.s[a] + 1, g.out[a]);
 }
 
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sz) {
+  std::vector<int64_t> st(sz.size(), 1);
+  if (sz.size() < 3) return st;
+  int64_t e = std::max<int64_t>(sz[1], 1);   // C has stride 1; then the spatial dims, last first
+  for (size_t a = sz.size() - 1; a >= 2; --a) {
+    st[a] = e;
+    e *= std::max<int64_t>(sz[a], 1);
+  }
+  st[0] = e;
+  return st;
+}
+
+bool channels_last_strided(const TensorMeta& m) {
+  if (!m.defined || (m.sizes.size() != 4 && m.sizes.size() != 5)) return false;
+  const std::vector<int64_t> st = channels_last_strides(m.sizes);
+  for (size_t a = 0; a < st.size(); ++a)
+    if (m.sizes[a] != 1 && m.strides[a] != st[a]) return false;
+  return true;
+}
+
+bool is_channels_last(const TensorMeta& m) { return channels_last_strided(m) && !m.contiguous(); }
+
+void to_channels_last(TensorMeta& m) { m.strides = channels_last_strides(m.sizes); }
+
 Result<PoolGeom> pool_geometry(const OpCall& c) {
   const auto po = pool_op(c.op);
   if (!po) return invalid("not a pooling op");

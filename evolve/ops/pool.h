@@ -59,6 +59,15 @@ inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1
 // backward visits exactly these.
 void pool_windows_of(const PoolGeom& g, int a, int64_t i, int64_t& lo, int64_t& hi);
 
+// Channels-last layout of batched (N, C, spatial) tensors: C innermost, then W, H, T, N (torch's
+// channels_last / channels_last_3d). is_channels_last: m is laid out so (sizes-1 dims aside) and is
+// not also contiguous; channels_last_strided: the strides alone (a (N, C, 1, 1) tensor is both);
+// to_channels_last gives m those strides.
+std::vector<int64_t> channels_last_strides(const std::vector<int64_t>& sizes);
+bool channels_last_strided(const TensorMeta& m);
+bool is_channels_last(const TensorMeta& m);
+void to_channels_last(TensorMeta& m);
+
 // The scalar arguments of pooling op `op` in schema order, from JSON overrides (a 2-wide window,
 // stride = kernel, no padding by default; adaptive: output_size, default all 1 = global).
 Status pool_scalars(OpId op, const nlohmann::json& args, OpCall& c);

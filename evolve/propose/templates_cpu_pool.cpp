@@ -12,17 +12,13 @@ namespace {
 using namespace cpu_tpl;
 using nlohmann::json;
 
-// The window of output o (of on) along one axis, as eager forms it: max steps a start in the
-// padding by whole dilations to the first tap inside; avg counts the padded extent
-// (count_include_pad), then clips to the input; adaptive is [floor(o n / on), ceil((o + 1) n / on)).
-const char* kWindowFn = R"K(static inline void kc_win(int64_t o, int64_t on, int64_t s, int64_t p, int64_t k, int64_t d,
-                           int64_t n, int64_t* lo, int64_t* hi, int64_t* padded) {
+// The window of output o along one axis, as eager forms it: max steps a start in the padding by
+// whole dilations to the first tap inside; avg counts the padded extent (count_include_pad), then
+// clips to the input.
+const char* kWindowFn = R"K(static inline void kc_win(int64_t o, int64_t s, int64_t p, int64_t k, int64_t d, int64_t n,
+                           int64_t* lo, int64_t* hi, int64_t* padded) {
   int64_t l = o * s - p, h;
-  if (KC_ADAPTIVE) {
-    l = o * n / on;
-    h = ((o + 1) * n + on - 1) / on;
-    *padded = h - l;
-  } else if (KC_MAX) {
+  if (KC_MAX) {
     h = l + (k - 1) * d + 1 < n ? l + (k - 1) * d + 1 : n;
     if (l < 0) l += ((-l + d - 1) / d) * d;
     *padded = 0;
@@ -37,6 +33,18 @@ const char* kWindowFn = R"K(static inline void kc_win(int64_t o, int64_t on, int
 }
 )K";
 
+// Adaptive windows [floor(o n / on), ceil((o + 1) n / on)), the same signature with the output
+// count in the stride's slot (adaptive renders pass it there), so the body serves both and the
+// max / avg sources stay byte for byte what they were.
+const char* kAdaptiveWindowFn = R"K(static inline void kc_win(int64_t o, int64_t on, int64_t p, int64_t k, int64_t d,
+                           int64_t n, int64_t* lo, int64_t* hi, int64_t* padded) {
+  (void)p; (void)k; (void)d;
+  *lo = o * n / on;
+  *hi = ((o + 1) * n + on - 1) / on;
+  *padded = *hi - *lo;
+}
+)K";
+
 const char* kPoolBody = R"K(  (void)divisor; (void)include_pad; (void)dT; (void)dH; (void)dW;   /* unused by one of max / avg */
   const int64_t per = ctx->block[0];
   for (int64_t b = ctx->begin; b < ctx->end; ++b) {
@@ -45,11 +53,11 @@ const char* kPoolBody = R"K(  (void)divisor; (void)include_pad; (void)dT; (void)
       const int64_t oh = r % OH, r2 = r / OH, ot = r2 % OT, plane = r2 / OT;
       const float* xp = in + plane * IT * IH * IW;
       int64_t t0, t1, tn, h0, h1, hn;
-      kc_win(ot, OT, sT, pT, kT, dT, IT, &t0, &t1, &tn);
-      kc_win(oh, OH, sH, pH, kH, dH, IH, &h0, &h1, &hn);
+      kc_win(ot, sT, pT, kT, dT, IT, &t0, &t1, &tn);
+      kc_win(oh, sH, pH, kH, dH, IH, &h0, &h1, &hn);
       for (int64_t ow = 0; ow < OW; ++ow) {
         int64_t w0, w1, wn;
-        kc_win(ow, OW, sW, pW, kW, dW, IW, &w0, &w1, &wn);
+        kc_win(ow, sW, pW, kW, dW, IW, &w0, &w1, &wn);
 @OUTPUT@      }
     }
   }
@@ -116,16 +124,17 @@ class PoolTemplate : public Template {
     for (int i = 0; i < 3; ++i) {
       const std::string ax(1, axes[i]);
       a.i64("k" + ax, str(g.k[i]));
-      a.i64("s" + ax, str(g.s[i]));
+      // adaptive: the output size in the stride's slot (kAdaptiveWindowFn)
+      a.i64("s" + ax, g.adaptive ? (i == 0 ? (d3 ? "size(out0,-3)" : "1") : "size(out0," + str(i - 3) + ")") : str(g.s[i]));
       a.i64("p" + ax, str(g.p[i]));
       a.i64("d" + ax, str(g.d[i]));
     }
     a.i64("divisor", str(g.divisor));
     a.i64("include_pad", g.count_include_pad ? "1" : "0");
     std::string body = replace_all(kPoolBody, "@OUTPUT@", mx ? kMaxOut : kAvgOut);
-    std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") +
-                      "\n#define KC_ADAPTIVE " + (g.adaptive ? "1" : "0") + "\n" +
-                      (mx ? "" : accumulators(k->at("acc") != 0)) + kWindowFn + kernel(entry, a, body);
+    std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") + "\n" +
+                      (mx ? "" : accumulators(k->at("acc") != 0)) + (g.adaptive ? kAdaptiveWindowFn : kWindowFn) +
+                      kernel(entry, a, body);
     const int64_t per = k->at("rows");
     json l = json::array({launch(entry, "ceil_div(numel(out0) / size(out0,-1), " + str(per) + ")", per, a.spec)});
     return candidate(name(), k.value(), std::move(src), std::move(l));

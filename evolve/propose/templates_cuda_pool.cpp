@@ -1,7 +1,7 @@
 // CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
-// _adaptive_avg_pool2d/3d (all but the global 1x1 output, templates_cuda_pool_global.cpp) over
+// _adaptive_avg_pool2d/3d (all but the global 1x1 output: templates_cuda_pool_global.cpp) over
 // dense (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t
-// axis, so one body serves all six ops. Each thread owns VPT consecutive outputs of one output row; sizes,
+// axis, so one body serves all six ops (adaptive with its own window function). Each thread owns VPT consecutive outputs of one output row; sizes,
 // windows, strides, padding and dilation are kernel arguments (the lists become literal int
 // arguments at render time), so the source depends on op, dtype and knobs only. Overlapping
 // windows re-read their input from L1/L2; adjacent threads read adjacent columns (coalesced).
@@ -14,18 +14,13 @@ namespace {
 using namespace cuda_tpl;
 using nlohmann::json;
 
-// The window of output o (of on) along one axis: [lo, hi) stepped by dil. Max: taps start at the
-// first one inside the input (eager steps a negative start by whole dilations); avg: the padded
-// extent is the count_include_pad divisor, then the window is clipped to the input; adaptive:
-// [floor(o n / on), ceil((o + 1) n / on)), in 64-bit products.
-const char* kPoolBody = R"CU(
-__device__ __forceinline__ void kc_win(int o, int on, int s, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
+// The window of output o along one axis: [lo, hi) stepped by dil. Max: taps start at the first
+// one inside the input (eager steps a negative start by whole dilations); avg: the padded extent
+// is the count_include_pad divisor, then the window is clipped to the input.
+const char* kPoolWin = R"CU(
+__device__ __forceinline__ void kc_win(int o, int s, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
   lo = o * s - p;
-  if constexpr (ADAPTIVE) {
-    lo = (int)((long long)o * n / on);
-    hi = (int)(((long long)(o + 1) * n + on - 1) / on);
-    padded = hi - lo;
-  } else if constexpr (MAX) {
+  if constexpr (MAX) {
     hi = min(lo + (k - 1) * dil + 1, n);
     if (lo < 0) lo += ((-lo + dil - 1) / dil) * dil;
     padded = 0;
@@ -36,7 +31,20 @@ __device__ __forceinline__ void kc_win(int o, int on, int s, int p, int k, int d
     hi = min(hi, n);
   }
 }
-extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
+)CU";
+
+// Adaptive windows [floor(o n / on), ceil((o + 1) n / on)) in 64-bit products, the same signature
+// with the output count in the stride's slot (adaptive renders pass it there), so the kernel
+// below serves both and the max / avg sources stay byte for byte what they were.
+const char* kAdaptiveWin = R"CU(
+__device__ __forceinline__ void kc_win(int o, int on, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
+  lo = (int)((long long)o * n / on);
+  hi = (int)(((long long)(o + 1) * n + on - 1) / on);
+  padded = hi - lo;
+}
+)CU";
+
+const char* kPoolKernel = R"CU(extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
     long long rows, int IT, int IH, int IW, int OT, int OH, int OW, int kT, int kH, int kW, int sT, int sH, int sW,
     int pT, int pH, int pW, int dT, int dH, int dW, int divisor, int include_pad) {
   const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
@@ -55,15 +63,15 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
     }
     const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
     int t0, t1, tn, h0, h1, hn;
-    kc_win(ot, OT, sT, pT, kT, dT, IT, t0, t1, tn);
-    kc_win(oh, OH, sH, pH, kH, dH, IH, h0, h1, hn);
+    kc_win(ot, sT, pT, kT, dT, IT, t0, t1, tn);
+    kc_win(oh, sH, pH, kH, dH, IH, h0, h1, hn);
     const int ow0 = oc * VPT;
     int w0[VPT], w1[VPT], wn[VPT];
     float acc[VPT];
     long long best[VPT];
 #pragma unroll
     for (int v = 0; v < VPT; ++v) {
-      kc_win(min(ow0 + v, OW - 1), OW, sW, pW, kW, dW, IW, w0[v], w1[v], wn[v]);
+      kc_win(min(ow0 + v, OW - 1), sW, pW, kW, dW, IW, w0[v], w1[v], wn[v]);
       acc[v] = MAX ? -KC_INF : 0.f;
       best[v] = ((long long)t0 * IH + h0) * IW + w0[v];   // eager's index when nothing beats -inf
     }
@@ -131,11 +139,10 @@ class PoolTemplate : public Template {
     const DType dt = c.inputs[0].dtype;
     std::string src = "// kernelcraft cuda.pool " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
-                      (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") +
-                      ", ADAPTIVE = " + (g.adaptive ? "true" : "false") + ";\n" +
+                      (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
                       (mx ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
-                      with_entry(kPoolBody, entry);
+                      (g.adaptive ? kAdaptiveWin : kPoolWin) + with_entry(kPoolKernel, entry);
     std::vector<std::string> args = {"ptr:out0"};
     if (mx) args.push_back("ptr:out1");
     args.push_back("ptr:self");
@@ -148,9 +155,13 @@ class PoolTemplate : public Template {
     }
     // The window lists, resolved per axis at render time (the spec cannot index a list scalar).
     for (const int64_t* v : {g.k, g.s, g.p, g.d})
-      for (int a = 0; a < 3; ++a) args.push_back("i32:" + S(v[a]));
+      for (int a = 0; a < 3; ++a)
+        if (v == g.s && g.adaptive)   // the output size in the stride's slot (kAdaptiveWin)
+          args.push_back(a == 0 ? (d3 ? "i32:size(out0, -3)" : "i32:1") : "i32:size(out0, " + S(a - 3) + ")");
+        else
+          args.push_back("i32:" + S(v[a]));
     args.push_back("i32:" + S(g.divisor));
-    args.push_back(std::string("i32:") + (g.count_include_pad || g.adaptive ? "1" : "0"));
+    args.push_back(std::string("i32:") + (g.count_include_pad ? "1" : "0"));
     const std::string its = "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
     const std::string grid = gs ? "min(ceil_div(" + its + ", " + S(nt) + "), " + S(kSms * (2048 / nt)) + ")"
                                 : "ceil_div(" + its + ", " + S(nt) + ")";

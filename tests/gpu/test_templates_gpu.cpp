@@ -72,6 +72,22 @@ std::string describe(const Case& k) {
   return s + "]" + dtype_name(k.dt) + (k.args.empty() ? "" : k.args.dump());
 }
 
+// A tensor's values (logical order) placed at their memory offsets, and back: channels-last
+// calls upload and read their buffers in memory order.
+Vec to_memory(const TensorMeta& m, const Vec& v, bool back = false) {
+  Vec out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t rest = static_cast<int64_t>(i), off = 0;
+    for (int a = static_cast<int>(m.sizes.size()) - 1; a >= 0; --a) {
+      off += (rest % m.sizes[a]) * m.strides[a];
+      rest /= m.sizes[a];
+    }
+    if (back) out[i] = v[off];
+    else out[off] = v[i];
+  }
+  return out;
+}
+
 struct Counts {
   int candidates = 0, unsupported = 0;
 };
@@ -149,7 +165,7 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
     } else {
       v = make_input(c, tm, rng);
     }
-    Host h{tm.dtype, v};
+    Host h{tm.dtype, to_memory(tm, v)};
     in_bytes.push_back(h.bytes());
     tensor_ptrs[i] = g.alloc(in_bytes.back().size());
     ASSERT_EQ(g.d->cuMemcpyHtoD(tensor_ptrs[i], in_bytes.back().data(), in_bytes.back().size()), CUDA_SUCCESS);
@@ -205,7 +221,7 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
           continue;
         }
         first[o] = got;
-        const Vec out = Host::decode(c.outputs[o].dtype, got);
+        const Vec out = to_memory(c.outputs[o], Host::decode(c.outputs[o].dtype, got), true);
         const Expect& e = want[o];
         ASSERT_EQ(out.size(), e.ref.size()) << where;
         int64_t bad = 0;
@@ -463,6 +479,13 @@ TEST_F(Gpu, PoolBackward) {
   cs.push_back({OpId::kAvgPool3dBackward, {4, 16, 32, 32, 32}, DType::kBF16, {{"kernel_size", 2}}, 2});
   cs.push_back({OpId::kAdaptiveAvgPool2dBackward, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}, 4});
   cs.push_back({OpId::kAdaptiveAvgPool3dBackward, {2, 2, 5, 9, 6}, DType::kF16, {{"output_size", {2, 4, 3}}}, 2});
+  // Channels-last calls (the channel-vector mapping), overlapping windows.
+  const json cl = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"channels_last", true}};
+  cs.push_back({OpId::kMaxPool2dBackward, {8, 64, 56, 56}, DType::kBF16, cl, 3, {{{"vpt", 1}}}});
+  cs.push_back({OpId::kMaxPool2dBackward, {2, 6, 11, 13}, DType::kF32, cl, 3});
+  cs.push_back({OpId::kAvgPool2dBackward, {2, 6, 9, 10}, DType::kF16, cl, 3});
+  cs.push_back({OpId::kAdaptiveAvgPool2dBackward, {2, 8, 10, 7}, DType::kF32, {{"output_size", {3, 4}}, {"channels_last", true}}, 3});
+  cs.push_back({OpId::kMaxPool3dBackward, {2, 8, 7, 9, 10}, DType::kF32, cl, 3});
   run_all(*this, cs, 2e-5);
 }
 

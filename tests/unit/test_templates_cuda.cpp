@@ -129,6 +129,13 @@ std::vector<Case> cases() {
   v.push_back({OpId::kAvgPool3dBackward, {4, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 2}, {"divisor_override", 3}}, 6});
   v.push_back({OpId::kAdaptiveAvgPool2dBackward, {32, 2048, 7, 7}, DType::kBF16, {{"output_size", 1}}, 3});
   v.push_back({OpId::kAdaptiveAvgPool3dBackward, {2, 2, 5, 9, 6}, DType::kF32, {{"output_size", {2, 4, 3}}}, 6});
+  // Channels-last backward calls take the channel-vector mapping.
+  v.push_back({OpId::kMaxPool2dBackward, {32, 64, 112, 112}, DType::kBF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                            {"channels_last", true}}, 3});
+  v.push_back({OpId::kAvgPool2dBackward, {2, 6, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                      {"count_include_pad", false}, {"channels_last", true}}, 6});
+  v.push_back({OpId::kMaxPool3dBackward, {2, 8, 7, 9, 10}, DType::kF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                         {"channels_last", true}}, 3});
   v.push_back({OpId::kLayerNormBackward, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 6});
   v.push_back({OpId::kLayerNormBackward, {33, 131}, DType::kF32, {{"normalized_shape", {131}}, {"affine", false},
                                                                    {"output_mask", {1, 0, 0}}}});
