@@ -98,6 +98,8 @@ CASES = [
     Case(RN50, "relu", (32, 256, 56, 56)),
     Case(RN50, "max_pool2d", (32, 64, 112, 112), args=dict(kernel_size=3, stride=2, padding=1)),
     Case(RN50, "adaptive_avg_pool2d", (32, 2048, 7, 7), (2, 3), dict(output_size=1)),
+    # F.adaptive_avg_pool2d(x, 1) is a mean in eager; the aten op itself takes the global kernel
+    Case(RN50, "_adaptive_avg_pool2d", (32, 2048, 7, 7), (2, 3), dict(output_size=[1, 1])),
     # Stable Diffusion U-Net, batch 8 at 64x64 latents: group norm with 32 groups, silu
     Case(UNET, "group_norm", (8, 320, 64, 64), (1,), dict(groups=32)),
     Case(UNET, "group_norm", (8, 640, 32, 32), (1,), dict(groups=32)),
@@ -199,6 +201,7 @@ OPS = {
     "embedding_dense_backward": Op(_embedding_backward, ()),   # itself a backward: fwd only
     "softmax": _one(torch.softmax), "gelu": _one(F.gelu), "silu": _one(F.silu), "relu": _one(F.relu),
     "max_pool2d": _one(F.max_pool2d), "adaptive_avg_pool2d": _one(F.adaptive_avg_pool2d),
+    "_adaptive_avg_pool2d": _one(torch.ops.aten._adaptive_avg_pool2d),
     "max_pool3d": _one(F.max_pool3d), "avg_pool3d": _one(F.avg_pool3d),
     "instance_norm": _one(F.instance_norm), "avg_pool2d": _one(F.avg_pool2d), "cumprod": _one(torch.cumprod),
     "leaky_relu": _one(F.leaky_relu), "elu": _one(F.elu), "softplus": _one(F.softplus), "mish": _one(F.mish),

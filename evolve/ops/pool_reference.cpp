@@ -1,6 +1,7 @@
-// Max and average pooling, torch half: eager references and the error model. Max pooling selects
-// an input element (exact; NaN wins, as in eager's `v > max || isnan(v)`), so its values and
-// indices have no model; an average sums a window, so its error grows with the window's magnitude.
+// Max, average and adaptive average pooling, torch half: eager references and the error model.
+// Max pooling selects an input element (exact; NaN wins, as in eager's `v > max || isnan(v)`), so
+// its values and indices have no model; an average sums a window, so its error grows with the
+// window's magnitude.
 #include "evolve/ops/reference.h"
 
 #include <cmath>
@@ -15,6 +16,8 @@ namespace {
 const std::vector<std::string> kPoolKinds = {"normal", "large", "offset", "extreme", "special"};
 
 std::vector<at::Tensor> pool_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
+  if (c.op == OpId::kAdaptiveAvgPool2d) return {at::_adaptive_avg_pool2d(in[0], c.list_arg("output_size"))};
+  if (c.op == OpId::kAdaptiveAvgPool3d) return {at::_adaptive_avg_pool3d(in[0], c.list_arg("output_size"))};
   const auto k = c.list_arg("kernel_size"), s = c.list_arg("stride"), p = c.list_arg("padding");
   const bool ceil = c.int_arg("ceil_mode", 0) != 0;
   if (c.op == OpId::kMaxPool2d || c.op == OpId::kMaxPool3d) {
@@ -32,7 +35,8 @@ std::vector<at::Tensor> pool_eager(const OpCall& c, const std::vector<at::Tensor
 }
 
 // Output j's condition magnitude, output-shaped, fp64. An average of n terms in fp32 errs by
-// about sqrt(n) ulp of the mean magnitude in any order: (window mean of |x|) * sqrt(n) + |y|.
+// about sqrt(n) ulp of the mean magnitude in any order: (window mean of |x|) * sqrt(n) + |y|, n the
+// largest window (adaptive: the longest adaptive window of each axis, pool.h).
 // Max values and indices are exact: zero model leaves them the elementwise floor.
 at::Tensor pool_whole(const OpCall& c, const std::vector<at::Tensor>& in, size_t j) {
   const at::Tensor x = f64(in[0]);

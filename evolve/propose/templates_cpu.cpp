@@ -30,6 +30,9 @@
 //   cpu.batch_norm       native_batch_norm, per-channel over (N, HxW): training without running
 //                        stats (chunk: channel slices of partial moments) or eval; unroll, simd
 //                        (templates_cpu_batch_norm.cpp)
+//   cpu.pool             pooling forward, adaptive included: rows, acc (templates_cpu_pool.cpp)
+//   cpu.pool_backward    pooling backward as a gather over the windows holding each input
+//                        element: rows, acc (templates_cpu_pool_backward.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -48,12 +51,14 @@ const Template* cpu_batch_norm_template();
 const Template* cpu_scan_template();
 const Template* cpu_pool_template();
 const Template* cpu_reduction_template();
+const Template* cpu_pool_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
                                                  cpu_softmax_template(false),   cpu_softmax_template(true),
                                                  cpu_layer_norm_template(), cpu_layer_norm_backward_template(), cpu_scan_template(),
-                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template()};
+                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template(),
+                                                 cpu_pool_backward_template()};
   return v;
 }
 

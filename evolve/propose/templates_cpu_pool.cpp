@@ -1,4 +1,5 @@
-// CPU pooling template (cpu.pool): max_pool2d/3d_with_indices and avg_pool2d/3d, fp32, dense.
+// CPU pooling template (cpu.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
+// _adaptive_avg_pool2d/3d, fp32, dense.
 // A block is a run of output rows (plane, t, h); each output scans its window in (t, h, w) order,
 // so results are the same however blocks are split over threads. 2d is 3d with a one-deep t axis.
 // Part of the CPU op-family templates (overview in templates_cpu.cpp).
@@ -29,6 +30,18 @@ const char* kWindowFn = R"K(static inline void kc_win(int64_t o, int64_t s, int6
   }
   *lo = l;
   *hi = h;
+}
+)K";
+
+// Adaptive windows [floor(o n / on), ceil((o + 1) n / on)), the same signature with the output
+// count in the stride's slot (adaptive renders pass it there), so the body serves both and the
+// max / avg sources stay byte for byte what they were.
+const char* kAdaptiveWindowFn = R"K(static inline void kc_win(int64_t o, int64_t on, int64_t p, int64_t k, int64_t d,
+                           int64_t n, int64_t* lo, int64_t* hi, int64_t* padded) {
+  (void)p; (void)k; (void)d;
+  *lo = o * n / on;
+  *hi = ((o + 1) * n + on - 1) / on;
+  *padded = *hi - *lo;
 }
 )K";
 
@@ -111,7 +124,8 @@ class PoolTemplate : public Template {
     for (int i = 0; i < 3; ++i) {
       const std::string ax(1, axes[i]);
       a.i64("k" + ax, str(g.k[i]));
-      a.i64("s" + ax, str(g.s[i]));
+      // adaptive: the output size in the stride's slot (kAdaptiveWindowFn)
+      a.i64("s" + ax, g.adaptive ? (i == 0 ? (d3 ? "size(out0,-3)" : "1") : "size(out0," + str(i - 3) + ")") : str(g.s[i]));
       a.i64("p" + ax, str(g.p[i]));
       a.i64("d" + ax, str(g.d[i]));
     }
@@ -119,7 +133,8 @@ class PoolTemplate : public Template {
     a.i64("include_pad", g.count_include_pad ? "1" : "0");
     std::string body = replace_all(kPoolBody, "@OUTPUT@", mx ? kMaxOut : kAvgOut);
     std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") + "\n" +
-                      (mx ? "" : accumulators(k->at("acc") != 0)) + kWindowFn + kernel(entry, a, body);
+                      (mx ? "" : accumulators(k->at("acc") != 0)) + (g.adaptive ? kAdaptiveWindowFn : kWindowFn) +
+                      kernel(entry, a, body);
     const int64_t per = k->at("rows");
     json l = json::array({launch(entry, "ceil_div(numel(out0) / size(out0,-1), " + str(per) + ")", per, a.spec)});
     return candidate(name(), k.value(), std::move(src), std::move(l));

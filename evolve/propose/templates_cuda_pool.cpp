@@ -1,6 +1,7 @@
-// CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices and avg_pool2d/3d over dense
-// (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t axis, so
-// one body serves all four ops. Each thread owns VPT consecutive outputs of one output row; sizes,
+// CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
+// _adaptive_avg_pool2d/3d (all but the global 1x1 output: templates_cuda_pool_global.cpp) over
+// dense (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t
+// axis, so one body serves all six ops (adaptive with its own window function). Each thread owns VPT consecutive outputs of one output row; sizes,
 // windows, strides, padding and dilation are kernel arguments (the lists become literal int
 // arguments at render time), so the source depends on op, dtype and knobs only. Overlapping
 // windows re-read their input from L1/L2; adjacent threads read adjacent columns (coalesced).
@@ -16,7 +17,7 @@ using nlohmann::json;
 // The window of output o along one axis: [lo, hi) stepped by dil. Max: taps start at the first
 // one inside the input (eager steps a negative start by whole dilations); avg: the padded extent
 // is the count_include_pad divisor, then the window is clipped to the input.
-const char* kPoolBody = R"CU(
+const char* kPoolWin = R"CU(
 __device__ __forceinline__ void kc_win(int o, int s, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
   lo = o * s - p;
   if constexpr (MAX) {
@@ -30,7 +31,20 @@ __device__ __forceinline__ void kc_win(int o, int s, int p, int k, int dil, int 
     hi = min(hi, n);
   }
 }
-extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
+)CU";
+
+// Adaptive windows [floor(o n / on), ceil((o + 1) n / on)) in 64-bit products, the same signature
+// with the output count in the stride's slot (adaptive renders pass it there), so the kernel
+// below serves both and the max / avg sources stay byte for byte what they were.
+const char* kAdaptiveWin = R"CU(
+__device__ __forceinline__ void kc_win(int o, int on, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
+  lo = (int)((long long)o * n / on);
+  hi = (int)(((long long)(o + 1) * n + on - 1) / on);
+  padded = hi - lo;
+}
+)CU";
+
+const char* kPoolKernel = R"CU(extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
     long long rows, int IT, int IH, int IW, int OT, int OH, int OW, int kT, int kH, int kW, int sT, int sH, int sW,
     int pT, int pH, int pW, int dT, int dH, int dW, int divisor, int include_pad) {
   const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
@@ -121,14 +135,14 @@ class PoolTemplate : public Template {
     const bool gs = k.at("gs") != 0, mx = is_max(c.op);
     const int64_t items = g.planes * g.out[0] * g.out[1] * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
-    const std::string entry = mx ? "kc_max_pool" : "kc_avg_pool";
+    const std::string entry = mx ? "kc_max_pool" : g.adaptive ? "kc_adaptive_avg_pool" : "kc_avg_pool";
     const DType dt = c.inputs[0].dtype;
     std::string src = "// kernelcraft cuda.pool " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
                       (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
                       (mx ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
-                      with_entry(kPoolBody, entry);
+                      (g.adaptive ? kAdaptiveWin : kPoolWin) + with_entry(kPoolKernel, entry);
     std::vector<std::string> args = {"ptr:out0"};
     if (mx) args.push_back("ptr:out1");
     args.push_back("ptr:self");
@@ -141,7 +155,11 @@ class PoolTemplate : public Template {
     }
     // The window lists, resolved per axis at render time (the spec cannot index a list scalar).
     for (const int64_t* v : {g.k, g.s, g.p, g.d})
-      for (int a = 0; a < 3; ++a) args.push_back("i32:" + S(v[a]));
+      for (int a = 0; a < 3; ++a)
+        if (v == g.s && g.adaptive)   // the output size in the stride's slot (kAdaptiveWin)
+          args.push_back(a == 0 ? (d3 ? "i32:size(out0, -3)" : "i32:1") : "i32:size(out0, " + S(a - 3) + ")");
+        else
+          args.push_back("i32:" + S(v[a]));
     args.push_back("i32:" + S(g.divisor));
     args.push_back(std::string("i32:") + (g.count_include_pad ? "1" : "0"));
     const std::string its = "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
@@ -155,7 +173,7 @@ class PoolTemplate : public Template {
     if (c.backend != BackendKind::kCuda || op_info(c.op).family != OpFamily::kPool || !c.dense()) return false;
     if (c.inputs.empty() || !c.inputs[0].defined || !elem_dtype(c.inputs[0].dtype) || c.inputs[0].numel() == 0) return false;
     auto r = pool_geometry(c);
-    if (!r.is_ok()) return false;
+    if (!r.is_ok() || r->global()) return false;   // the global average: cuda.pool_global
     g = r.value();
     const size_t nout = g.max ? 2 : 1;
     if (c.outputs.size() != nout || !c.outputs[0].defined || c.outputs[0].dtype != c.inputs[0].dtype) return false;

@@ -144,7 +144,8 @@ std::vector<Expect> batch_norm(const OpCall& c, const std::map<std::string, Vec>
 }
 
 // Pooling from the definition, windows scanned in (t, h, w) order: max values and indices exact
-// (scale 0), an average within rtol of its window's mean magnitude.
+// (scale 0), an average (adaptive: over the adaptive window) within rtol of its window's mean
+// magnitude.
 std::vector<Expect> pool(const OpCall& c, const std::map<std::string, Vec>& in) {
   const PoolGeom g = pool_geometry(c).value();
   const Vec& x = in.at("self");
@@ -159,6 +160,12 @@ std::vector<Expect> pool(const OpCall& c, const std::map<std::string, Vec>& in) 
           int64_t lo[3], hi[3], st[3], padded = 1;
           for (int a = 0; a < 3; ++a) {
             st[a] = g.max ? g.d[a] : 1;
+            if (g.adaptive) {   // [floor(o In / Out), ceil((o + 1) In / Out))
+              lo[a] = at[a] * g.in[a] / g.out[a];
+              hi[a] = ((at[a] + 1) * g.in[a] + g.out[a] - 1) / g.out[a];
+              padded *= hi[a] - lo[a];
+              continue;
+            }
             lo[a] = at[a] * g.s[a] - g.p[a];
             hi[a] = g.max ? std::min(lo[a] + (g.k[a] - 1) * g.d[a] + 1, g.in[a]) : std::min(lo[a] + g.k[a], g.in[a] + g.p[a]);
             padded *= hi[a] - lo[a];
@@ -368,6 +375,7 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
     }
     return out;
   }
+  if (op_info(c.op).family == OpFamily::kPoolBackward) return pool_backward(c, in);
   // Layer norm forward and backward: M rows of N.
   const Vec& x = in.at("input");
   int64_t N = 1;
@@ -473,6 +481,8 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
            : t.name == "input" ? (ch % 4 == 3 ? 100.0 : 3.0 * (ch % 3)) + (1 + ch % 2) * nd(rng)
                                : nd(rng);
     }
+  } else if (fam == OpFamily::kPoolBackward) {   // grad_output and self normal; indices: argmax_indices
+    for (auto& x : v) x = nd(rng);
   } else if (fam == OpFamily::kPool) {   // normal values, and NaN / -inf now and then (eager's order)
     for (auto& x : v) x = 2 * nd(rng);
     for (int64_t i = 5; i < n; i += 1009) v[i] = i % 2 ? NAN : -INFINITY;

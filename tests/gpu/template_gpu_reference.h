@@ -27,7 +27,10 @@ struct Host {
   std::string bytes() const {
     std::string b(v.size() * dtype_size(dt), '\0');
     for (size_t i = 0; i < v.size(); ++i) {
-      if (dt == DType::kF32) {
+      if (dt == DType::kI64) {   // indices (max pooling backward)
+        const int64_t q = static_cast<int64_t>(v[i]);
+        std::memcpy(&b[i * 8], &q, 8);
+      } else if (dt == DType::kF32) {
         float f = static_cast<float>(v[i]);
         std::memcpy(&b[i * 4], &f, 4);
       } else {
@@ -71,6 +74,10 @@ struct Expect {
 
 // Inputs by name (schema order) -> expected outputs (out0, out1, ...; empty for absent ones).
 std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>& in);
+// Pooling backward (template_gpu_reference_pool.cpp): grad_input by the scatter of the definition.
+std::vector<Expect> pool_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+// Max pooling backward's indices: the forward's argmax of in["self"], as training saves them.
+Vec argmax_indices(const OpCall& c, const std::map<std::string, Vec>& in);
 // Values for one input of `c`, rounded to its dtype.
 Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 

@@ -72,6 +72,22 @@ std::string describe(const Case& k) {
   return s + "]" + dtype_name(k.dt) + (k.args.empty() ? "" : k.args.dump());
 }
 
+// A tensor's values (logical order) placed at their memory offsets, and back: channels-last
+// calls upload and read their buffers in memory order.
+Vec to_memory(const TensorMeta& m, const Vec& v, bool back = false) {
+  Vec out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t rest = static_cast<int64_t>(i), off = 0;
+    for (int a = static_cast<int>(m.sizes.size()) - 1; a >= 0; --a) {
+      off += (rest % m.sizes[a]) * m.strides[a];
+      rest /= m.sizes[a];
+    }
+    if (back) out[i] = v[off];
+    else out[off] = v[i];
+  }
+  return out;
+}
+
 struct Counts {
   int candidates = 0, unsupported = 0;
 };
@@ -144,10 +160,12 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
         for (int64_t j = 0; j < N; ++j) var += (x[r * N + j] - mu) * (x[r * N + j] - mu);
         v.push_back(static_cast<float>(tm.name == "mean" ? mu : 1 / std::sqrt(var / N + 1e-5)));
       }
+    } else if (tm.name == "indices" && op_info(c.op).family == OpFamily::kPoolBackward) {
+      v = gpu_ref::argmax_indices(c, in);   // self comes before indices in schema order
     } else {
       v = make_input(c, tm, rng);
     }
-    Host h{tm.dtype, v};
+    Host h{tm.dtype, to_memory(tm, v)};
     in_bytes.push_back(h.bytes());
     tensor_ptrs[i] = g.alloc(in_bytes.back().size());
     ASSERT_EQ(g.d->cuMemcpyHtoD(tensor_ptrs[i], in_bytes.back().data(), in_bytes.back().size()), CUDA_SUCCESS);
@@ -203,7 +221,7 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
           continue;
         }
         first[o] = got;
-        const Vec out = Host::decode(c.outputs[o].dtype, got);
+        const Vec out = to_memory(c.outputs[o], Host::decode(c.outputs[o].dtype, got), true);
         const Expect& e = want[o];
         ASSERT_EQ(out.size(), e.ref.size()) << where;
         int64_t bad = 0;
@@ -423,6 +441,51 @@ TEST_F(Gpu, Pool) {
   cs.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}, 2});
   cs.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
                                                               {"ceil_mode", true}, {"count_include_pad", false}}, 4});
+  // Adaptive: non-divisible and upsampling sizes (the window kernel), the global average (the row
+  // kernel, cuda.pool_global) at ResNet-50's head and an odd plane.
+  cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}, 4});
+  cs.push_back({OpId::kAdaptiveAvgPool2d, {3, 5, 3}, DType::kBF16, {{"output_size", {7, 5}}}, 2});
+  cs.push_back({OpId::kAdaptiveAvgPool3d, {2, 2, 5, 9, 6}, DType::kF16, {{"output_size", {2, 4, 3}}}, 2});
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    cs.push_back({OpId::kAdaptiveAvgPool2d, {32, 2048, 7, 7}, dt, {{"output_size", 1}}, 2,
+                  {{{"threads", 32}, {"rows", 8}}, {{"threads", 64}}}});
+  cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 33, 40}, DType::kF32, {{"output_size", 1}}, 4, {{{"threads", 1024}}}});
+  cs.push_back({OpId::kAdaptiveAvgPool3d, {2, 4, 8, 16, 16}, DType::kBF16, {{"output_size", 1}}, 3});
+  run_all(*this, cs, 2e-5);
+}
+
+// Pooling backward (a gather): the stem max pool (k3 s2 p1, overlapping), k2 s2, dilation, ceil
+// mode, count_include_pad off, divisor_override, adaptive; each dtype.
+TEST_F(Gpu, PoolBackward) {
+  std::vector<Case> cs;
+  const json stem = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    cs.push_back({OpId::kMaxPool2dBackward, {8, 64, 112, 112}, dt, stem, 2, {{{"vpt", 4}, {"vst", 1}}}});
+    cs.push_back({OpId::kAvgPool2dBackward, {4, 32, 64, 64}, dt, stem, 2});
+    cs.push_back({OpId::kAdaptiveAvgPool2dBackward, {4, 32, 7, 7}, dt, {{"output_size", 1}}, 2});
+  }
+  cs.push_back({OpId::kMaxPool2dBackward, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"stride", 1}, {"padding", 1}}, 6,
+                {{{"vpt", 4}, {"gs", 1}}}});
+  cs.push_back({OpId::kMaxPool2dBackward, {2, 2, 11, 13}, DType::kF16,
+                {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}, 4});
+  cs.push_back({OpId::kMaxPool3dBackward, {2, 2, 7, 9, 10}, DType::kBF16,
+                {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}}, 4});
+  cs.push_back({OpId::kMaxPool3dBackward, {4, 16, 32, 32, 32}, DType::kF32, stem, 2});
+  cs.push_back({OpId::kAvgPool2dBackward, {2, 3, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                       {"count_include_pad", false}}, 4});
+  cs.push_back({OpId::kAvgPool2dBackward, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}, 2});
+  cs.push_back({OpId::kAvgPool3dBackward, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                      {"ceil_mode", true}, {"count_include_pad", false}}, 4});
+  cs.push_back({OpId::kAvgPool3dBackward, {4, 16, 32, 32, 32}, DType::kBF16, {{"kernel_size", 2}}, 2});
+  cs.push_back({OpId::kAdaptiveAvgPool2dBackward, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}, 4});
+  cs.push_back({OpId::kAdaptiveAvgPool3dBackward, {2, 2, 5, 9, 6}, DType::kF16, {{"output_size", {2, 4, 3}}}, 2});
+  // Channels-last calls (the channel-vector mapping), overlapping windows.
+  const json cl = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"channels_last", true}};
+  cs.push_back({OpId::kMaxPool2dBackward, {8, 64, 56, 56}, DType::kBF16, cl, 3, {{{"vpt", 1}}}});
+  cs.push_back({OpId::kMaxPool2dBackward, {2, 6, 11, 13}, DType::kF32, cl, 3});
+  cs.push_back({OpId::kAvgPool2dBackward, {2, 6, 9, 10}, DType::kF16, cl, 3});
+  cs.push_back({OpId::kAdaptiveAvgPool2dBackward, {2, 8, 10, 7}, DType::kF32, {{"output_size", {3, 4}}, {"channels_last", true}}, 3});
+  cs.push_back({OpId::kMaxPool3dBackward, {2, 8, 7, 9, 10}, DType::kF32, cl, 3});
   run_all(*this, cs, 2e-5);
 }
 

@@ -87,3 +87,35 @@ def test_new_activation_and_norm_backward_identical_to_eager(fresh_cache):
     kc.enable()
     torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
     torch.testing.assert_close(g, ref_g, rtol=0, atol=0)
+
+
+def test_pooling_backward_identical_to_eager(fresh_cache):
+    """Pooling backward (max with overlapping windows, avg with count_include_pad off and a
+    divisor, adaptive with non-divisible sizes, 2d and 3d) is caught on a miss and changes nothing."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 11, requires_grad=True)
+    v = torch.randn(2, 2, 5, 7, 6, requires_grad=True)
+
+    def f(t, u):
+        h = F.max_pool2d(t, 3, 2, 1) + F.avg_pool2d(t, 3, 2, 1, count_include_pad=False)
+        h = F.adaptive_avg_pool2d(h, (2, 3)).sum() + F.avg_pool2d(t, 2, divisor_override=3).sum()
+        w = F.max_pool3d(u, 3, 2, 1) + F.avg_pool3d(u, 3, 2, 1)
+        return h + F.adaptive_avg_pool3d(w, (2, 3, 2)).sum() + F.avg_pool3d(u, 2, ceil_mode=True).sum()
+
+    def grad():
+        x.grad = v.grad = None
+        out = f(x, v)
+        out.backward()
+        return out.detach(), x.grad.clone(), v.grad.clone()
+
+    got = grad()
+    s = status()
+    for op in ["max_pool2d_backward", "avg_pool2d_backward", "adaptive_avg_pool2d_backward",
+               "max_pool3d_backward", "avg_pool3d_backward", "adaptive_avg_pool3d_backward",
+               "adaptive_avg_pool2d", "adaptive_avg_pool3d"]:
+        assert s["ops"][op]["misses"] >= 1, op
+    kc.disable()
+    want = grad()
+    kc.enable()
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)

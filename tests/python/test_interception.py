@@ -69,6 +69,8 @@ FORWARD = {
     "norm2": lambda x: torch.linalg.vector_norm(x, dim=-1),
     "norm_inf": lambda x: torch.linalg.vector_norm(x, float("inf")) if x.numel() else x,
     "norm3": lambda x: torch.linalg.vector_norm(x, 3, dim=0),
+    # 1d adaptive pooling reaches _adaptive_avg_pool2d (a 1x1 output would be a mean instead)
+    "adaptive_avg_pool": lambda x: F.adaptive_avg_pool1d(x, 5) if x.dim() == 2 and x.shape[0] else x,
 }
 # Ops and dtypes eager itself does not implement on the CPU.
 UNSUPPORTED = {("logcumsumexp", torch.float16), ("avg_pool", torch.float16)}

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evolve/ops/pool.h"
 #include "runtime/ops.h"
 
 namespace kc::evolve {
@@ -26,8 +27,11 @@ inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
     case OpFamily::kBatchNorm: p.args["running"] = false; break;
     case OpFamily::kGroupNorm: p.args["group"] = 2; p.sizes = {rows, 4, cols}; break;
     case OpFamily::kPool:
-      p.sizes = info.id == OpId::kMaxPool3d || info.id == OpId::kAvgPool3d ? std::vector<int64_t>{2, 3, 4, 6, cols}
-                                                                           : std::vector<int64_t>{2, 3, rows, cols};
+    case OpFamily::kPoolBackward:   // self's sizes; the backward's grad_output follows from them
+      p.sizes = pool_op(info.id)->nd == 3 ? std::vector<int64_t>{2, 3, 4, 6, cols} : std::vector<int64_t>{2, 3, rows, cols};
+      // Adaptive: a non-global output (a 1x1 grad_output is contiguous whatever its strides).
+      if (pool_op(info.id)->kind == PoolKind::kAdaptive)
+        p.args["output_size"] = pool_op(info.id)->nd == 3 ? std::vector<int64_t>{2, 3, 5} : std::vector<int64_t>{3, 5};
       break;
     default: break;
   }

@@ -177,6 +177,48 @@ std::vector<Case> pool_cases() {
       {OpId::kAvgPool3d, {2, 5, 6, 7}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true},
                                         {"count_include_pad", false}}},
       {OpId::kAvgPool3d, {1, 3, 4, 5, 6}, {{"kernel_size", {1, 2, 3}}, {"divisor_override", 5}}},
+      // Adaptive: non-divisible sizes (overlapping windows), upsampling (Out > In), global, 3d.
+      {OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, {{"output_size", {3, 4}}}},
+      {OpId::kAdaptiveAvgPool2d, {3, 5, 3}, {{"output_size", {7, 5}}}},
+      {OpId::kAdaptiveAvgPool2d, {2, 4, 7, 7}, {{"output_size", 1}}},
+      {OpId::kAdaptiveAvgPool3d, {2, 2, 5, 9, 6}, {{"output_size", {2, 4, 3}}}},
+      {OpId::kAdaptiveAvgPool3d, {3, 4, 5, 6}, {{"output_size", 1}}},
+  };
+  std::vector<Case> v;
+  for (const auto& p : ps)
+    v.push_back({std::string(op_info(p.op).name) + "/" + shape_str(p.sizes) + p.args.dump(), cpu_call(p.op, p.sizes, p.args)});
+  return v;
+}
+
+// Pooling backward: overlapping windows (stride < kernel: several windows per element) and
+// non-overlapping ones, padding, ceil mode, dilation (max), count_include_pad off and
+// divisor_override (avg), adaptive with non-divisible sizes; sizes are self's.
+std::vector<Case> pool_backward_cases() {
+  struct P {
+    OpId op;
+    std::vector<int64_t> sizes;
+    json args;
+  };
+  const json k3s2p1 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
+  const std::vector<P> ps = {
+      {OpId::kMaxPool2dBackward, {2, 3, 8, 8}, json::object()},
+      {OpId::kMaxPool2dBackward, {2, 3, 13, 11}, k3s2p1},
+      {OpId::kMaxPool2dBackward, {3, 7, 9}, {{"kernel_size", {3, 2}}, {"stride", 1}, {"padding", {1, 1}}}},
+      {OpId::kMaxPool2dBackward, {2, 2, 11, 13}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}},
+      {OpId::kMaxPool3dBackward, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}}},
+      {OpId::kMaxPool3dBackward, {3, 5, 6, 7}, {{"kernel_size", {2, 3, 2}}, {"stride", 1}, {"ceil_mode", true}}},
+      {OpId::kAvgPool2dBackward, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}},
+      {OpId::kAvgPool2dBackward, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"count_include_pad", false}}},
+      {OpId::kAvgPool2dBackward, {3, 11, 7}, {{"kernel_size", {3, 2}}, {"stride", 2}, {"padding", {1, 0}}, {"ceil_mode", true}}},
+      {OpId::kAvgPool2dBackward, {1, 2, 8, 8}, {{"kernel_size", 2}, {"divisor_override", 3}}},
+      {OpId::kAvgPool3dBackward, {2, 2, 7, 9, 10}, k3s2p1},
+      {OpId::kAvgPool3dBackward, {2, 5, 6, 7}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"ceil_mode", true},
+                                                {"count_include_pad", false}}},
+      {OpId::kAvgPool3dBackward, {1, 3, 4, 5, 6}, {{"kernel_size", {1, 2, 3}}, {"stride", 1}, {"divisor_override", 5}}},
+      {OpId::kAdaptiveAvgPool2dBackward, {2, 3, 10, 7}, {{"output_size", {3, 4}}}},
+      {OpId::kAdaptiveAvgPool2dBackward, {3, 5, 3}, {{"output_size", {7, 5}}}},
+      {OpId::kAdaptiveAvgPool2dBackward, {2, 4, 7, 7}, {{"output_size", 1}}},
+      {OpId::kAdaptiveAvgPool3dBackward, {2, 2, 5, 9, 6}, {{"output_size", {2, 4, 3}}}},
   };
   std::vector<Case> v;
   for (const auto& p : ps)

@@ -165,6 +165,7 @@ Buffers make_inputs(const Case& cs) {
       b["rstd"][r] = static_cast<float>(1.0 / std::sqrt(q / n + 1e-5));
     }
   }
+  if (c.op == OpId::kMaxPool2dBackward || c.op == OpId::kMaxPool3dBackward) cpu_ref::argmax_indices(c, b);
   return b;
 }
 

@@ -25,7 +25,8 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // Pooling, straight from the definition: each window's taps in (t, h, w) order; max values and
-// indices exact (scale 0), an average within 16 ulp of its mean magnitude.
+// indices exact (scale 0), an average (adaptive: over the adaptive window) within 16 ulp of its
+// mean magnitude.
 void pool(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
   const PoolGeom g = pool_geometry(c).value();
   const auto& x = b["self"];
@@ -38,6 +39,12 @@ void pool(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
           const int64_t at[3] = {ot, oh, ow};
           int64_t lo[3], hi[3], n = 1;
           for (int a = 0; a < 3; ++a) {
+            if (g.adaptive) {   // [floor(o In / Out), ceil((o + 1) In / Out))
+              lo[a] = at[a] * g.in[a] / g.out[a];
+              hi[a] = ((at[a] + 1) * g.in[a] + g.out[a] - 1) / g.out[a];
+              n *= hi[a] - lo[a];
+              continue;
+            }
             lo[a] = at[a] * g.s[a] - g.p[a];
             hi[a] = g.max ? std::min(lo[a] + (g.k[a] - 1) * g.d[a] + 1, g.in[a]) : std::min(lo[a] + g.k[a], g.in[a] + g.p[a]);
             n *= hi[a] - lo[a];
@@ -394,6 +401,10 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
     case OpFamily::kPool:
       out[0].k = 16;
       pool(c, b, out);
+      break;
+    case OpFamily::kPoolBackward:
+      out[0].k = 16;
+      pool_backward(c, b, out);
       break;
     default: break;
   }

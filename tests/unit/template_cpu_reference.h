@@ -22,6 +22,11 @@ struct Expect {
 
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);
+// Pooling backward (template_cpu_reference_pool.cpp): grad_input by the scatter of the definition.
+void pool_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+// Max pooling backward's `indices` input: the forward's argmax of b["self"] (int64, two floats an
+// element), as training saves it.
+void argmax_indices(const OpCall& c, Buffers& b);
 // "" when `got` is within `e`; otherwise the first few mismatches.
 std::string compare(const std::vector<float>& got, const Expect& e);
 

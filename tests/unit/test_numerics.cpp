@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "evolve/ops/eager.h"
+#include "evolve/ops/pool.h"
 #include "evolve/verify/numerics.h"
 #include "evolve/propose/proposer.h"
 #include "tests/unit/plain_calls.h"
@@ -181,6 +182,28 @@ TEST(OpSpec, EveryOperatorInTheTableIsComplete) {
         EXPECT_GT(s.value().budget[j], 0.0) << kind << " out" << j;
       }
     }
+  }
+}
+
+// Channels-last pooling backward: the grad_input layout the schema infers (channels-last for the
+// 2d ops and max_pool3d, contiguous for avg and adaptive 3d) is the one CPU eager produces, so
+// reference sets build (numerics.cpp refuses a key whose eager layout differs).
+TEST(OpSpec, ChannelsLastPoolBackwardLayoutIsEagers) {
+  const nlohmann::json win = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"channels_last", true}};
+  const nlohmann::json ada = {{"output_size", {2, 3, 4}}, {"channels_last", true}};
+  for (OpId op : {OpId::kMaxPool2dBackward, OpId::kAvgPool2dBackward, OpId::kAdaptiveAvgPool2dBackward,
+                  OpId::kMaxPool3dBackward, OpId::kAvgPool3dBackward, OpId::kAdaptiveAvgPool3dBackward}) {
+    SCOPED_TRACE(op_info(op).name);
+    const bool d3 = pool_op(op)->nd == 3;
+    nlohmann::json args = pool_op(op)->kind == PoolKind::kAdaptive ? ada : win;
+    if (!d3 && args.contains("output_size")) args["output_size"] = {3, 4};
+    auto c = make_call(op, d3 ? std::vector<int64_t>{2, 6, 5, 7, 9} : std::vector<int64_t>{2, 6, 7, 9}, DType::kF32,
+                       BackendKind::kCpu, args);
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_TRUE(is_channels_last(c->inputs[1]));
+    EXPECT_EQ(is_channels_last(c->outputs[0]), !d3 || op == OpId::kMaxPool3dBackward);
+    auto s = reference_set(c.value(), "normal", make_inputs(c.value(), "normal", 3, at::kCPU));
+    EXPECT_TRUE(s.is_ok()) << s.status().to_string();
   }
 }
 

@@ -120,6 +120,12 @@ TEST(CpuTemplates, Pool) {
   EXPECT_GT(st.ran, 0);
 }
 
+TEST(CpuTemplates, PoolBackward) {
+  Stats st = run_family(pool_backward_cases(), "cpu.pool_backward");
+  EXPECT_GT(st.ran, 60);
+  EXPECT_TRUE(st.both("acc"));
+}
+
 TEST(CpuTemplates, LayerNormBackward) {
   Stats st = run_family(layer_norm_backward_cases(), "cpu.layer_norm_backward");
   EXPECT_GT(st.ran, 150);

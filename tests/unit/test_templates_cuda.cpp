@@ -119,6 +119,24 @@ std::vector<Case> cases() {
   v.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}});
   v.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
                                                               {"ceil_mode", true}, {"count_include_pad", false}}});
+  // Adaptive (window and global kernels) and pooling backward: the measured shapes, each dtype.
+  v.push_back({OpId::kAdaptiveAvgPool2d, {32, 2048, 7, 7}, DType::kBF16, {{"output_size", 1}}, 3});
+  v.push_back({OpId::kAdaptiveAvgPool3d, {4, 64, 16, 32, 32}, DType::kF32, {{"output_size", 1}}, 6});
+  v.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF16, {{"output_size", {3, 4}}}, 3});
+  v.push_back({OpId::kMaxPool2dBackward, {32, 64, 112, 112}, DType::kF32, p3, 6});
+  v.push_back({OpId::kMaxPool3dBackward, {4, 32, 64, 64, 64}, DType::kBF16, p3, 3});
+  v.push_back({OpId::kAvgPool2dBackward, {3, 11, 7}, DType::kF16, {{"kernel_size", {3, 2}}, {"stride", 2}, {"padding", {1, 0}},
+                                                                   {"ceil_mode", true}, {"count_include_pad", false}}, 3});
+  v.push_back({OpId::kAvgPool3dBackward, {4, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 2}, {"divisor_override", 3}}, 6});
+  v.push_back({OpId::kAdaptiveAvgPool2dBackward, {32, 2048, 7, 7}, DType::kBF16, {{"output_size", 1}}, 3});
+  v.push_back({OpId::kAdaptiveAvgPool3dBackward, {2, 2, 5, 9, 6}, DType::kF32, {{"output_size", {2, 4, 3}}}, 6});
+  // Channels-last backward calls take the channel-vector mapping.
+  v.push_back({OpId::kMaxPool2dBackward, {32, 64, 112, 112}, DType::kBF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                            {"channels_last", true}}, 3});
+  v.push_back({OpId::kAvgPool2dBackward, {2, 6, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                      {"count_include_pad", false}, {"channels_last", true}}, 6});
+  v.push_back({OpId::kMaxPool3dBackward, {2, 8, 7, 9, 10}, DType::kF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                         {"channels_last", true}}, 3});
   v.push_back({OpId::kLayerNormBackward, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 6});
   v.push_back({OpId::kLayerNormBackward, {33, 131}, DType::kF32, {{"normalized_shape", {131}}, {"affine", false},
                                                                    {"output_mask", {1, 0, 0}}}});
