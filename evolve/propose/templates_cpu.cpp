@@ -30,6 +30,9 @@
 //   cpu.batch_norm       native_batch_norm, per-channel over (N, HxW): training without running
 //                        stats (chunk: channel slices of partial moments) or eval; unroll, simd
 //                        (templates_cpu_batch_norm.cpp)
+//   cpu.loss             mse_loss smooth_l1_loss huber_loss binary_cross_entropy nll_loss(2d):
+//                        elementwise, or block partial sums in a fixed order and a finishing
+//                        launch (templates_cpu_loss.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -47,12 +50,14 @@ const Template* cpu_group_norm_template();
 const Template* cpu_batch_norm_template();
 const Template* cpu_scan_template();
 const Template* cpu_pool_template();
+const Template* cpu_loss_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
                                                  cpu_softmax_template(false),   cpu_softmax_template(true),
                                                  cpu_layer_norm_template(), cpu_layer_norm_backward_template(), cpu_scan_template(),
-                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template()};
+                                                 cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(),
+                                                 cpu_loss_template()};
   return v;
 }
 

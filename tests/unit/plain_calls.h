@@ -1,7 +1,7 @@
 // A plain, small call of every operator for the tests that loop over all of runtime/ops.def:
 // the lead tensor's sizes and the JSON arguments make_call needs for it (layer norm's
 // normalized shape, pooling's spatial dims, batch norm without running stats, since training
-// with them updates its inputs, which no template does).
+// with them updates its inputs, which no template does; nll_loss2d's (N, C, H, W)).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -28,6 +28,9 @@ inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
     case OpFamily::kPool:
       p.sizes = info.id == OpId::kMaxPool3d || info.id == OpId::kAvgPool3d ? std::vector<int64_t>{2, 3, 4, 6, cols}
                                                                            : std::vector<int64_t>{2, 3, rows, cols};
+      break;
+    case OpFamily::kLoss:   // self [rows, cols] (nll: rows targets of cols classes); nll2d's is 4d
+      if (info.id == OpId::kNllLoss2d) p.sizes = {2, cols, 3, rows};
       break;
     default: break;
   }

@@ -16,5 +16,6 @@ std::vector<Case> batch_norm_cases();
 std::vector<Case> pool_cases();
 std::vector<Case> layer_norm_backward_cases();
 std::vector<Case> scan_cases();
+std::vector<Case> loss_cases();
 
 }  // namespace kc::evolve

@@ -381,6 +381,7 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
       out[0].k = 16;
       pool(c, b, out);
       break;
+    case OpFamily::kLoss: loss(c, b, out); break;
     default: break;
   }
   return out;

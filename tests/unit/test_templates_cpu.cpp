@@ -110,6 +110,20 @@ TEST(CpuTemplates, Pool) {
   EXPECT_GT(st.ran, 0);
 }
 
+TEST(CpuTemplates, Loss) {
+  Stats st = run_family(loss_cases(), "cpu.loss");
+  EXPECT_GT(st.ran, 300);
+  for (const char* k : {"acc", "simd"}) EXPECT_TRUE(st.both(k)) << k;
+  // Broadcast self and target, an int32 target (eager refuses it) and a negative beta stay eager's.
+  OpCall bc = cpu_call(OpId::kMseLoss, {4, 8});
+  bc.inputs[1].sizes = {1, 8};
+  bc.inputs[1].strides = {8, 1};
+  OpCall i32 = cpu_call(OpId::kNllLoss, {4, 8});
+  i32.inputs[1].dtype = DType::kI32;
+  for (const OpCall& c : {bc, i32, cpu_call(OpId::kSmoothL1Loss, {4, 8}, {{"beta", -1.0}})})
+    for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(c).empty()) << t->name();
+}
+
 TEST(CpuTemplates, LayerNormBackward) {
   Stats st = run_family(layer_norm_backward_cases(), "cpu.layer_norm_backward");
   EXPECT_GT(st.ran, 150);
@@ -121,7 +135,8 @@ TEST(CpuTemplates, LayerNormBackward) {
 // and the source passes the static check. Up to 160 settings per call, no compiling.
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
-  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases})
+  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases,
+                 &loss_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
     for (auto& c : softmax_cases(bw)) all.push_back(std::move(c));

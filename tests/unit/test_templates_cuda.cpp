@@ -132,6 +132,19 @@ std::vector<Case> cases() {
     v.push_back({op, {4096, 64}, DType::kF16, {{"dim", 0}}, 3});
   }
   v.push_back({OpId::kCumsum, {6, 50}, DType::kF32, {{"dim", 1}, {"dtype", "f32"}}});
+  // Losses: each reduction (none: one map launch; mean / sum: fused partials and a final launch,
+  // or one block), weights, ignore_index, 1d nll and nll2d, halves, the 64 MiB mean.
+  for (int64_t r : {0, 1, 2}) {
+    const json red = {{"reduction", r}};
+    v.push_back({OpId::kMseLoss, {1000003}, DType::kF32, red, 4});
+    v.push_back({OpId::kSmoothL1Loss, {7, 13, 5}, DType::kBF16, {{"reduction", r}, {"beta", 0.5}}});
+    v.push_back({OpId::kHuberLoss, {4099}, DType::kF16, {{"reduction", r}, {"delta", 2.0}}});
+    v.push_back({OpId::kBinaryCrossEntropy, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLoss, {4096, 1000}, DType::kBF16, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
+    v.push_back({OpId::kNllLoss, {7}, DType::kF32, red});
+    v.push_back({OpId::kNllLoss2d, {2, 5, 7, 9}, DType::kF16, red});
+  }
+  v.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, json::object(), 4});
   return v;
 }
 
@@ -232,6 +245,14 @@ TEST(TemplatesCuda, UnhandledCallsHaveAnEmptySpace) {
   none_claims(call_of({OpId::kLayerNorm, {8, 64}, DType::kF16, json::object()}), "layer norm in f16");
   none_claims(call_of({OpId::kGelu, {8}, DType::kF32, {{"approximate", "erf"}}}), "unknown gelu approximation");
   none_claims(call_of({OpId::kCumsum, {8, 64}, DType::kF32, {{"dim", 1}, {"dtype", "f64"}}}), "cumsum into f64");
+  OpCall bc = call_of({OpId::kMseLoss, {8, 64}, DType::kF32, json::object()});
+  bc.inputs[1].sizes = {1, 64};
+  bc.inputs[1].strides = {64, 1};
+  none_claims(bc, "mse_loss with a broadcast target");
+  none_claims(call_of({OpId::kHuberLoss, {8, 64}, DType::kF32, {{"delta", 0.0}}}), "huber_loss with delta 0");
+  OpCall u8 = call_of({OpId::kNllLoss, {8, 64}, DType::kF32, json::object()});
+  u8.inputs[1].dtype = DType::kU8;
+  none_claims(u8, "nll_loss with a uint8 target");
 }
 
 TEST(TemplatesCuda, KnobsOutsideTheSpaceOrOverBudgetAreUnsupported) {
