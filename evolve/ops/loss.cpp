@@ -8,7 +8,9 @@
 //     ({"weight": true}), ignore_index; nll_loss2d_forward: self [N, C, H, W], target [N, H, W].
 //     Outputs (output, total_weight): output [N] (resp. [N, H, W]) for reduction none on a
 //     batched input, else 0-dim; total_weight 0-dim; both in self's dtype.
-// Every loss takes `reduction` (0 none, 1 mean, 2 sum; default mean).
+// Every loss takes `reduction` (0 none, 1 mean, 2 sum; default mean). The backward ops (family
+// LossBackward: mse_loss_backward, binary_cross_entropy_backward, nll_loss_backward,
+// nll_loss2d_backward) take grad_output first and nll's total_weight last; grad_input is self's.
 #include "evolve/ops/loss.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@ namespace {
 
 Status invalid(const std::string& m) { return Status::error(Code::kInvalid, m); }
 bool nll(OpId op) { return op == OpId::kNllLoss || op == OpId::kNllLoss2d; }
+
 bool floating(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16; }
 
 Status make_loss(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
@@ -68,16 +71,40 @@ Result<std::vector<int64_t>> broadcast(const std::vector<int64_t>& a, const std:
 Result<std::vector<TensorMeta>> loss_outputs(const OpCall& c) {
   auto g = loss_geometry(c);
   if (!g.is_ok()) return g.status();
-  const TensorMeta& x = c.inputs[0];
+  const TensorMeta &x = *c.input("self"), &t = *c.input("target");
   if (g->kind == LossKind::kNll) {
     std::vector<int64_t> osz;
-    if (g->elementwise()) osz = c.inputs[1].sizes;
+    if (g->elementwise()) osz = t.sizes;
     return std::vector<TensorMeta>{dense_meta("out0", osz, x.dtype), dense_meta("out1", {}, x.dtype)};
   }
-  auto shape = broadcast(x.sizes, c.inputs[1].sizes);
+  auto shape = broadcast(x.sizes, t.sizes);
   if (!shape.is_ok()) return shape.status();
   return std::vector<TensorMeta>{dense_meta("out0", g->elementwise() ? shape.value() : std::vector<int64_t>{},
-                                            promote(x.dtype, c.inputs[1].dtype))};
+                                            promote(x.dtype, t.dtype))};
+}
+
+// The backward ops: grad_output (the forward output's shape: elementwise for reduction none, else
+// 0-dim), then the forward's tensors; nll's total_weight (0-dim) last, as in the schemas.
+Status make_loss_backward(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
+  const OpId fwd = loss_forward_of(op);
+  if (Status st = make_loss(fwd, sizes, dt, args, c); !st) return st;
+  auto g = loss_geometry(c);
+  if (!g.is_ok()) return g.status();
+  std::vector<int64_t> gsz;
+  if (g->elementwise()) gsz = nll(fwd) ? c.inputs[1].sizes : sizes;
+  c.inputs.insert(c.inputs.begin(), dense_meta("grad_output", gsz, dt));
+  if (g->kind == LossKind::kNll) c.inputs.push_back(dense_meta("total_weight", {}, dt));
+  return Status::ok();
+}
+
+// grad_input: self's sizes and dtype.
+Result<std::vector<TensorMeta>> loss_backward_outputs(const OpCall& c) {
+  auto g = loss_geometry(c);
+  if (!g.is_ok()) return g.status();
+  const TensorMeta* go = c.input("grad_output");
+  if (!go || !go->defined) return invalid("a loss backward needs grad_output");
+  const TensorMeta& x = *c.input("self");
+  return std::vector<TensorMeta>{dense_meta("out0", x.sizes, x.dtype)};
 }
 
 int64_t numel_of(const std::vector<int64_t>& s) {
@@ -89,10 +116,10 @@ int64_t numel_of(const std::vector<int64_t>& s) {
 // nll's checks (ATen's nll_loss_forward / nll_loss2d_forward meta checks): target sizes, its
 // dtype (Long or Byte), a weight of C elements.
 Status nll_geometry(const OpCall& c, LossGeom& g) {
-  const TensorMeta &x = c.inputs[0], &t = c.inputs[1];
+  const TensorMeta &x = *c.input("self"), &t = *c.input("target");
   const size_t nd = x.sizes.size();
   if (!t.defined || (t.dtype != DType::kI64 && t.dtype != DType::kU8)) return invalid("nll target must be int64 or uint8");
-  if (c.op == OpId::kNllLoss2d) {
+  if (loss_forward_of(c.op) == OpId::kNllLoss2d) {
     if (nd != 4 || t.sizes.size() != 3) return invalid("nll_loss2d takes self [N, C, H, W] and target [N, H, W]");
     if (t.sizes[0] != x.sizes[0] || t.sizes[1] != x.sizes[2] || t.sizes[2] != x.sizes[3])
       return invalid("nll_loss2d: target sizes do not match self");
@@ -105,7 +132,7 @@ Status nll_geometry(const OpCall& c, LossGeom& g) {
   }
   g.classes = nd == 1 ? x.sizes[0] : x.sizes[1];
   g.terms = t.numel();
-  const TensorMeta* w = c.inputs.size() > 2 ? &c.inputs[2] : nullptr;
+  const TensorMeta* w = c.input("weight");
   g.weighted = w && w->defined;
   if (g.weighted && w->numel() != g.classes) return invalid("nll weight must have C elements");
   g.ignore_index = c.int_arg("ignore_index", -100);
@@ -114,8 +141,18 @@ Status nll_geometry(const OpCall& c, LossGeom& g) {
 
 }  // namespace
 
-LossKind loss_kind(OpId op) {
+OpId loss_forward_of(OpId op) {
   switch (op) {
+    case OpId::kMseLossBackward: return OpId::kMseLoss;
+    case OpId::kBinaryCrossEntropyBackward: return OpId::kBinaryCrossEntropy;
+    case OpId::kNllLossBackward: return OpId::kNllLoss;
+    case OpId::kNllLoss2dBackward: return OpId::kNllLoss2d;
+    default: return op;
+  }
+}
+
+LossKind loss_kind(OpId op) {
+  switch (loss_forward_of(op)) {
     case OpId::kSmoothL1Loss: return LossKind::kSmoothL1;
     case OpId::kHuberLoss: return LossKind::kHuber;
     case OpId::kBinaryCrossEntropy: return LossKind::kBce;
@@ -128,7 +165,8 @@ LossKind loss_kind(OpId op) {
 Result<LossGeom> loss_geometry(const OpCall& c) {
   LossGeom g;
   g.kind = loss_kind(c.op);
-  if (c.inputs.size() < 2 || !c.inputs[0].defined || !c.inputs[1].defined) return invalid("a loss needs self and target");
+  const TensorMeta *x = c.input("self"), *t = c.input("target");
+  if (!x || !t || !x->defined || !t->defined) return invalid("a loss needs self and target");
   const int64_t r = c.int_arg("reduction", 1);
   if (r < 0 || r > 2) return invalid("reduction must be 0 (none), 1 (mean) or 2 (sum)");
   g.reduction = static_cast<LossReduction>(r);
@@ -136,15 +174,17 @@ Result<LossGeom> loss_geometry(const OpCall& c) {
     if (Status st = nll_geometry(c, g); !st) return st;
     return g;
   }
-  auto shape = broadcast(c.inputs[0].sizes, c.inputs[1].sizes);
+  auto shape = broadcast(x->sizes, t->sizes);
   if (!shape.is_ok()) return shape.status();
   g.terms = numel_of(shape.value());
-  g.weighted = c.inputs.size() > 2 && c.inputs[2].defined;
+  const TensorMeta* w = c.input("weight");
+  g.weighted = w && w->defined;
   if (g.kind == LossKind::kSmoothL1) g.param = c.double_arg("beta", 1.0);
   if (g.kind == LossKind::kHuber) g.param = c.double_arg("delta", 1.0);
   return g;
 }
 
 extern const FamilySchema kLossSchema{&make_loss, &loss_outputs};
+extern const FamilySchema kLossBackwardSchema{&make_loss_backward, &loss_backward_outputs};
 
 }  // namespace kc::evolve

@@ -1,5 +1,5 @@
 // Losses (mse_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, nll_loss_forward,
-// nll_loss2d_forward), torch-free geometry shared by the schema (loss.cpp), the references and the
+// nll_loss2d_forward) and their backward ops, torch-free geometry shared by the schema (loss.cpp), the references and the
 // templates: what one term of the loss is, how many terms there are and how they reduce.
 #pragma once
 #include <cstdint>
@@ -29,9 +29,11 @@ struct LossGeom {
   bool elementwise() const { return reduction == LossReduction::kNone && !one_d; }
 };
 
+// The forward op of a loss backward (the op itself for a forward).
+OpId loss_forward_of(OpId op);
 LossKind loss_kind(OpId op);
 
-// The geometry of a loss call, or kInvalid where ATen's shape checks reject it. Self and target
+// The geometry of a loss call (forward or backward: tensors by name), or kInvalid where ATen's shape checks reject it. Self and target
 // of an elementwise loss must have the same sizes here (ATen broadcasts; those calls stay
 // eager's, see the schema).
 Result<LossGeom> loss_geometry(const OpCall& c);

@@ -1,6 +1,8 @@
-// Losses, torch half: eager references, the inputs each loss accepts (derived from the drawn
-// ones) and the error model, computed over the whole call (`whole`): one condition magnitude per
-// term, then either elementwise (reduction none) or one reduced scalar (mean, sum).
+// Losses and their backward, torch half: eager references, the inputs each loss accepts (derived
+// from the drawn ones) and the error model. Forward: computed over the whole call (`whole`): one
+// condition magnitude per term, then either elementwise (reduction none) or one reduced scalar
+// (mean, sum). Backward: elementwise given grad_output (a few roundings per element, no
+// reduction), so eager's evidence, as the other elementwise families.
 #include "evolve/ops/reference.h"
 
 #include <cmath>
@@ -38,7 +40,7 @@ std::vector<at::Tensor> loss_eager(const OpCall& c, const std::vector<at::Tensor
 //        targets); class weights non-negative, as class weights are (a total weight near zero
 //        from signed weights would make the mean's test only a test of cancellation).
 void loss_derive(const OpCall& c, std::vector<at::Tensor>& in, at::Device) {
-  if (c.op == OpId::kBinaryCrossEntropy) {
+  if (loss_kind(c.op) == LossKind::kBce) {
     in[0].copy_(in[0].to(at::kFloat).sigmoid());
     at::Tensor t = in[1].to(at::kFloat).contiguous().sigmoid_();
     at::Tensor flat = t.view(-1);
@@ -141,7 +143,34 @@ RowLayout loss_layout(const OpCall&, const std::vector<at::Tensor>&, size_t) {
 }
 RowView loss_view(size_t) { return RowView::kWhole; }
 
+// ---- backward: grad_output, then the forward's tensors (nll: total_weight last) -----------------
+
+std::vector<at::Tensor> loss_backward_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
+  const int64_t r = c.int_arg("reduction", 1), ign = c.int_arg("ignore_index", -100);
+  switch (c.op) {
+    case OpId::kMseLossBackward: return {at::mse_loss_backward(in[0], in[1], in[2], r)};
+    case OpId::kBinaryCrossEntropyBackward: return {at::binary_cross_entropy_backward(in[0], in[1], in[2], opt(in[3]), r)};
+    case OpId::kNllLossBackward: return {at::nll_loss_backward(in[0], in[1], in[2], opt(in[3]), r, ign, in[4])};
+    default: return {at::nll_loss2d_backward(in[0], in[1], in[2], opt(in[3]), r, ign, in[4])};
+  }
+}
+
+// The forward's inputs as the forward draws them; nll's total_weight the forward's own, as in
+// training.
+void loss_backward_derive(const OpCall& c, std::vector<at::Tensor>& in, at::Device dev) {
+  std::vector<at::Tensor> fwd(in.begin() + 1, in.end());
+  loss_derive(c, fwd, dev);   // in place: the same tensors
+  if (loss_kind(c.op) != LossKind::kNll) return;
+  const int64_t r = c.int_arg("reduction", 1), ign = c.int_arg("ignore_index", -100);
+  auto o = c.op == OpId::kNllLossBackward ? at::nll_loss_forward(in[1], in[2], opt(in[3]), r, ign)
+                                          : at::nll_loss2d_forward(in[1], in[2], opt(in[3]), r, ign);
+  in[4].copy_(std::get<1>(o));
+}
+
 }  // namespace
+
+extern const FamilyReference kLossBackwardReference{&loss_backward_eager, &kLossKinds, 1e3, 3.0, &loss_backward_derive,
+                                                    nullptr, nullptr, nullptr, false, nullptr};
 
 extern const FamilyReference kLossReference{&loss_eager, &kLossKinds, 1e3, 3.0, &loss_derive,
                                             &loss_layout, &loss_view, nullptr, false, &loss_whole};

@@ -357,6 +357,7 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
   if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
   if (op_info(c.op).family == OpFamily::kLoss) return loss(c, in);
+  if (op_info(c.op).family == OpFamily::kLossBackward) return loss_backward(c, in);
   // Layer norm forward and backward: M rows of N.
   const Vec& x = in.at("input");
   int64_t N = 1;
@@ -465,7 +466,7 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
   } else if (fam == OpFamily::kPool) {   // normal values, and NaN / -inf now and then (eager's order)
     for (auto& x : v) x = 2 * nd(rng);
     for (int64_t i = 5; i < n; i += 1009) v[i] = i % 2 ? NAN : -INFINITY;
-  } else if (fam == OpFamily::kLoss) {
+  } else if (fam == OpFamily::kLoss || fam == OpFamily::kLossBackward) {
     v = loss_input(c, t, rng);
   } else if (fam == OpFamily::kSoftmaxBackward) {
     const int64_t L = t.sizes.back();

@@ -77,8 +77,11 @@ struct Expect {
 std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>& in);
 // Values for one input of `c`, rounded to its dtype.
 Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
-// The loss family (template_gpu_loss.cpp): one input's values (before rounding) and the references.
+// The loss families (template_gpu_loss.cpp): one input's values (before rounding), references.
 Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);
+std::vector<Expect> loss_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+// nll backward's total_weight input, as the forward computes it from the other inputs.
+double nll_total_weight(const OpCall& c, const std::map<std::string, Vec>& in);
 
 }  // namespace kc::evolve::gpu_ref

@@ -144,6 +144,8 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
         for (int64_t j = 0; j < N; ++j) var += (x[r * N + j] - mu) * (x[r * N + j] - mu);
         v.push_back(static_cast<float>(tm.name == "mean" ? mu : 1 / std::sqrt(var / N + 1e-5)));
       }
+    } else if (tm.name == "total_weight") {   // nll backward: the forward's
+      v = {Host::round(tm.dtype, gpu_ref::nll_total_weight(c, in))};
     } else {
       v = make_input(c, tm, rng);
     }
@@ -445,6 +447,23 @@ TEST_F(Gpu, Loss) {
   }
   cs.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, kNone, 2, {{{"blocks", 2112}, {"vec", 4}, {"unroll", 4}}}});
   cs.push_back({OpId::kNllLoss, {5, 1}, DType::kF32, {{"ignore_index", 0}}, 2});   // every target ignored: nan
+  run_all(*this, cs, 2e-5);
+}
+
+// Loss backward: every reduction, vector tails, weights, ignored targets, 1d nll, nll2d, halves.
+TEST_F(Gpu, LossBackward) {
+  std::vector<Case> cs;
+  for (int64_t r : {0, 1, 2}) {
+    const json red = {{"reduction", r}};
+    cs.push_back({OpId::kMseLossBackward, {1000003}, DType::kF32, red, 3});
+    cs.push_back({OpId::kMseLossBackward, {4099}, DType::kBF16, red, 2});
+    cs.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    cs.push_back({OpId::kBinaryCrossEntropyBackward, {513, 7}, DType::kF16, red, 2});
+    cs.push_back({OpId::kNllLossBackward, {37, 11}, DType::kF32, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
+    cs.push_back({OpId::kNllLossBackward, {1024, 32000}, DType::kBF16, red, 2});
+    cs.push_back({OpId::kNllLossBackward, {7}, DType::kF32, {{"reduction", r}, {"weight", true}}, 1});
+    cs.push_back({OpId::kNllLoss2dBackward, {2, 5, 7, 9}, DType::kF16, {{"reduction", r}, {"weight", r == 1}}, 2});
+  }
   run_all(*this, cs, 2e-5);
 }
 

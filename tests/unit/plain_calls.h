@@ -30,7 +30,8 @@ inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
                                                                            : std::vector<int64_t>{2, 3, rows, cols};
       break;
     case OpFamily::kLoss:   // self [rows, cols] (nll: rows targets of cols classes); nll2d's is 4d
-      if (info.id == OpId::kNllLoss2d) p.sizes = {2, cols, 3, rows};
+    case OpFamily::kLossBackward:
+      if (info.id == OpId::kNllLoss2d || info.id == OpId::kNllLoss2dBackward) p.sizes = {2, cols, 3, rows};
       break;
     default: break;
   }

@@ -247,4 +247,24 @@ std::vector<Case> loss_cases() {
   return v;
 }
 
+// Loss backward: every reduction (grad_output one value or one per term), weights, ignored
+// targets, 1d nll, nll2d, a long nll row (several targets a block).
+std::vector<Case> loss_backward_cases() {
+  std::vector<Case> v;
+  auto add = [&](OpId op, std::vector<int64_t> s, json a) {
+    v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + a.dump(), cpu_call(op, s, a)});
+  };
+  for (int64_t r : {0, 1, 2}) {
+    for (const auto& s : std::vector<std::vector<int64_t>>{{1}, {3, 37}, {70001}}) {
+      add(OpId::kMseLossBackward, s, {{"reduction", r}});
+      add(OpId::kBinaryCrossEntropyBackward, s, {{"reduction", r}, {"weight", r != 2}});
+    }
+    add(OpId::kNllLossBackward, {37, 11}, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}});
+    add(OpId::kNllLossBackward, {300, 1000}, {{"reduction", r}});
+    add(OpId::kNllLossBackward, {7}, {{"reduction", r}, {"weight", true}});
+    add(OpId::kNllLoss2dBackward, {2, 5, 7, 9}, {{"reduction", r}, {"weight", r == 1}});
+  }
+  return v;
+}
+
 }  // namespace kc::evolve

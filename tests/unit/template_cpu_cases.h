@@ -17,5 +17,6 @@ std::vector<Case> pool_cases();
 std::vector<Case> layer_norm_backward_cases();
 std::vector<Case> scan_cases();
 std::vector<Case> loss_cases();
+std::vector<Case> loss_backward_cases();
 
 }  // namespace kc::evolve

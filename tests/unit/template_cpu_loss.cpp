@@ -1,6 +1,7 @@
-// The loss family in the CPU template tests: its inputs (bce probabilities with exact 0 and 1,
-// int64 class targets with ignored entries, non-negative class weights) and its double-precision
-// references with per-element scales (template_cpu_reference.h).
+// The loss families in the CPU template tests: their inputs (bce probabilities with exact 0 and 1,
+// int64 class targets with ignored entries, non-negative class weights; a backward's forward
+// inputs and nll's total weight) and double-precision references with per-element scales
+// (template_cpu_reference.h).
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -53,10 +54,9 @@ Term nll_term(const LossGeom& g, Buffers& b, size_t i) {
   return r;
 }
 
-}  // namespace
-
-void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed) {
-  const LossGeom g = loss_geometry(c).value();
+// The forward's inputs: bce in (0, 1) with exact 0 and 1, nll classes with ignored entries and
+// non-negative weights, the regression losses' self scaled by 2.
+void forward_inputs(const LossGeom& g, Buffers& b, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> ud(0.0, 1.0);
   if (g.kind == LossKind::kBce) {
@@ -77,6 +77,53 @@ void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed) {
     put_i64(t, i, i % 5 == 3 ? g.ignore_index : static_cast<int64_t>(rng() % static_cast<uint64_t>(g.classes)));
   if (g.weighted)
     for (auto& v : b["weight"]) v = std::fabs(v) + 0.01f;
+}
+
+// The gradient of self's element i (elementwise losses) with a scale of a few roundings of it.
+double elementwise_grad(const OpCall& c, const LossGeom& g, Buffers& b, size_t i) {
+  const double x = b["self"][i], t = b["target"][i], w = g.weighted ? b["weight"][i] : 1.0;
+  const double go = b["grad_output"][g.elementwise() ? i : 0], n = static_cast<double>(g.terms);
+  const bool mean = g.reduction == LossReduction::kMean;
+  if (c.op == OpId::kMseLossBackward) return (mean ? 2.0 / n : 2.0) * (x - t) * go;
+  return go * (x - t) / std::max((1 - x) * x, 1e-12) * w / (mean ? n : 1.0);
+}
+
+// grad_input of nll: -w[c] g (mean: g / W) at each non-ignored target's pick, 0 elsewhere.
+void nll_grad(const LossGeom& g, Buffers& b, Expect& e) {
+  const bool mean = g.reduction == LossReduction::kMean;
+  const double W = b["total_weight"][0];
+  for (int64_t i = 0; i < g.terms; ++i) {
+    const int64_t cl = get_i64(b["target"], i);
+    if (cl == g.ignore_index) continue;
+    const int64_t row = i / g.spatial, s = i % g.spatial;
+    const double go = b["grad_output"][g.elementwise() ? i : 0], w = g.weighted ? b["weight"][cl] : 1.0;
+    const size_t at = (row * g.classes + cl) * g.spatial + s;
+    e.ref[at] = -(mean ? go / W : go) * w;
+    e.scale[at] = std::fabs(e.ref[at]);
+  }
+}
+
+}  // namespace
+
+void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed) {
+  const LossGeom g = loss_geometry(c).value();
+  forward_inputs(g, b, seed);
+  if (!b.count("total_weight")) return;
+  // nll backward: the forward's total weight (0 without reduction on a batched self).
+  double W = 0;
+  for (int64_t i = 0; i < g.terms && !g.elementwise(); ++i) W += nll_term(g, b, i).w;
+  b["total_weight"][0] = static_cast<float>(W);
+}
+
+void loss_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
+  const LossGeom g = loss_geometry(c).value();
+  Expect& e = out[0];
+  e.k = 16;
+  if (g.kind == LossKind::kNll) return nll_grad(g, b, e);
+  for (size_t i = 0; i < e.ref.size(); ++i) {
+    e.ref[i] = elementwise_grad(c, g, b, i);
+    e.scale[i] = std::fabs(e.ref[i]);
+  }
 }
 
 // Elementwise: each term within k ulp of h. Reduced: the terms summed in double (the kernel sums

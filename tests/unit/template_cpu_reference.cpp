@@ -382,6 +382,7 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
       pool(c, b, out);
       break;
     case OpFamily::kLoss: loss(c, b, out); break;
+    case OpFamily::kLossBackward: loss_backward(c, b, out); break;
     default: break;
   }
   return out;

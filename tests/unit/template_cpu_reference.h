@@ -21,10 +21,11 @@ struct Expect {
   double k = 8;
 };
 
-// The loss family (template_cpu_loss.cpp): the values its inputs must take, drawn over the
-// harness's normal ones, and its references.
+// The loss families (template_cpu_loss.cpp): the values their inputs must take, drawn over the
+// harness's normal ones, and their references.
 void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed);
 void loss(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+void loss_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);

@@ -124,6 +124,12 @@ TEST(CpuTemplates, Loss) {
     for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(c).empty()) << t->name();
 }
 
+TEST(CpuTemplates, LossBackward) {
+  Stats st = run_family(loss_backward_cases(), "cpu.loss_backward");
+  EXPECT_GT(st.ran, 100);
+  EXPECT_TRUE(st.both("simd"));
+}
+
 TEST(CpuTemplates, LayerNormBackward) {
   Stats st = run_family(layer_norm_backward_cases(), "cpu.layer_norm_backward");
   EXPECT_GT(st.ran, 150);
@@ -136,7 +142,7 @@ TEST(CpuTemplates, LayerNormBackward) {
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
   for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases,
-                 &loss_cases})
+                 &loss_cases, &loss_backward_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
     for (auto& c : softmax_cases(bw)) all.push_back(std::move(c));

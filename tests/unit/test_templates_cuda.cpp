@@ -145,6 +145,15 @@ std::vector<Case> cases() {
     v.push_back({OpId::kNllLoss2d, {2, 5, 7, 9}, DType::kF16, red});
   }
   v.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, json::object(), 4});
+  // Loss backward: grad_output one value or one per term; nll's vectors along classes (nll2d:
+  // along the plane).
+  for (int64_t r : {0, 1, 2}) {
+    v.push_back({OpId::kMseLossBackward, {1000003}, DType::kBF16, {{"reduction", r}}, 3});
+    v.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLossBackward, {4096, 1000}, DType::kF16, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLoss2dBackward, {2, 5, 8, 9}, DType::kF32, {{"reduction", r}}});
+  }
+  v.push_back({OpId::kNllLossBackward, {7}, DType::kF32, json::object()});
   return v;
 }
 
@@ -224,11 +233,15 @@ TEST(TemplatesCuda, UnhandledCallsHaveAnEmptySpace) {
     OpCall misaligned = c;
     misaligned.inputs[0].align = 8;
     none_claims(misaligned, std::string(info.name) + " with an 8-byte aligned input");
-    OpCall strided = c;   // the last two dims transposed
-    auto& st = strided.inputs[0].strides;
-    const size_t nd = st.size();
-    st[nd - 1] = strided.inputs[0].sizes[nd - 2];
-    st[nd - 2] = 1;
+    OpCall strided = c;   // the last two dims of the first matrix-or-more input transposed
+    for (auto& in : strided.inputs) {
+      auto& st = in.strides;
+      const size_t nd = st.size();
+      if (!in.defined || nd < 2) continue;   // a loss backward's grad_output may be 0-dim or 1-dim
+      st[nd - 1] = in.sizes[nd - 2];
+      st[nd - 2] = 1;
+      break;
+    }
     none_claims(strided, std::string(info.name) + " with a transposed input");
     none_claims(call_of({info.id, k.sizes, DType::kF64, k.args}), std::string(info.name) + " in f64");
     std::vector<int64_t> empty = k.sizes;
