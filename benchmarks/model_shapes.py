@@ -131,6 +131,10 @@ CASES = [
     *[Case(KB, r, (16, 4096, 1023), (1,), dict(dim=1)) for r in ("sum", "amax", "argmax", "argmin", "var", "std")],
     *[Case(KB, r, (16, 4096, 1023), (-1,), dict(dim=-1)) for r in ("mean", "amin", "argmax", "var_mean")],
     Case(KB, "vector_norm", (16, 64, 256, 256), (0, 1, 2, 3)),   # Frobenius norm: every dim
+    # Losses: nll over Llama-3's vocabulary for 4096 tokens (its log-probabilities as input), and
+    # elementwise losses over 64 MiB of fp32, mean-reduced (eager: a map, then a reduction)
+    Case(LLAMA, "nll_loss", (4096, 128256), (1,), dtypes=("bfloat16",)),
+    *[Case(KB, a, (16, 1024, 1024)) for a in ("mse_loss", "smooth_l1_loss", "binary_cross_entropy")],
 ]
 
 MODES = ("fwd", "fwd+bwd")
@@ -184,6 +188,21 @@ def _cross_entropy(shape, dtype, device):
     return F.cross_entropy, [_randn(shape, dtype, device), torch.randint(classes, (n,), device=device)]
 
 
+def _nll_loss(shape, dtype, device):
+    n, classes = shape
+    return F.nll_loss, [_randn(shape, dtype, device), torch.randint(classes, (n,), device=device)]
+
+
+def _pair_loss(f, probs=False):
+    """A loss of self and a target of the case's shape (probs: both in (0, 1), for bce)."""
+    def build(shape, dtype, device, **args):
+        x, t = _randn(shape, dtype, device), _randn(shape, dtype, device)
+        if probs:
+            x, t = torch.sigmoid(x), torch.sigmoid(t)
+        return (lambda a, b: f(a, b, **args)), [x, t]
+    return Op(build, (0,))
+
+
 def _embedding_backward(shape, dtype, device):
     """shape = (tokens, hidden, rows): the gradient of `tokens` looked-up rows of a (rows, hidden)
     table, as the backward of nn.Embedding calls it."""
@@ -211,6 +230,8 @@ OPS = {
     "amin": _one(torch.amin), "argmax": Op(_one(torch.argmax).build, ()),
     "argmin": Op(_one(torch.argmin).build, ()), "var": _one(torch.var),
     "std": _one(torch.std), "vector_norm": _one(torch.linalg.vector_norm),
+    "nll_loss": Op(_nll_loss, (0,)), "mse_loss": _pair_loss(F.mse_loss), "smooth_l1_loss": _pair_loss(F.smooth_l1_loss),
+    "binary_cross_entropy": _pair_loss(F.binary_cross_entropy, probs=True),
 }
 
 

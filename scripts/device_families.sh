@@ -13,7 +13,7 @@ timeout 240 bash -c "cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH=$PWD/.device-
 echo "build: $(( $(date +%s) - t0 )) s"
 # One gtest process per family, each with its own time limit, so one slow family cannot hide
 # the others' results.
-for f in ${TPL_FILTER:-Unary UnaryBackward Scan GroupNorm Pool BatchNorm Reduction PoolBackward}; do
+for f in ${TPL_FILTER:-Unary UnaryBackward Scan GroupNorm Pool BatchNorm Reduction PoolBackward Loss LossBackward}; do
   t=$(date +%s)
   timeout ${TPL_S:-60} $B/tests/kc_template_gpu_tests --gtest_filter="Gpu.$f" > $OUT/template_gpu_$f.txt 2>&1
   echo "Gpu.$f rc=$? ($(( $(date +%s) - t )) s) $(grep -E 'candidates checked' $OUT/template_gpu_$f.txt | tail -1)"

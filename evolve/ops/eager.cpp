@@ -58,6 +58,15 @@ namespace {
 
 at::Tensor values(const TensorMeta& m, const std::string& kind, at::Generator& g, at::Device dev, OpId op) {
   auto opts = at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev);
+  if (!at::isFloatingType(to_scalar_type(m.dtype))) {
+    // Integer inputs (class indices) take no float kind: uniform integers in [0, 2^30) from the
+    // set's generator, the same draw for every kind; the family's derive maps them to the values
+    // its op accepts (nll: a class or ignore_index).
+    at::Tensor r = at::empty(m.sizes, at::TensorOptions().dtype(at::kLong)).random_(0, int64_t{1} << 30, g);
+    at::Tensor out = at::empty_strided(m.sizes, m.strides, opts);
+    out.copy_(r);
+    return out;
+  }
   at::Tensor base = at::empty(m.sizes, opts.dtype(at::kFloat).device(at::kCPU));
   base.normal_(0, 1, g);
   const FamilyReference& fam = family_reference(op_info(op).family);

@@ -21,6 +21,8 @@ std::vector<at::Tensor> run_fp64(const OpCall& c, const std::vector<at::Tensor>&
 //   normal   N(0,1)                 large    N(0,1) * 1e3 (softmax: * 1e4)
 //   offset   N(3,1) (layer norm: N(100,1))   extreme  denormals, huge and tiny values, +-0
 //   special  normal plus a sprinkling of inf and nan (elementwise ops only)
+// Kinds apply to floating inputs; integer inputs (class indices) are uniform integers whatever the
+// kind, which the family's derive maps into its op's domain.
 const std::vector<std::string>& input_kinds(OpId op);
 
 // Fresh inputs with the call's exact metadata (sizes, strides, dtype) on `dev`. Inputs that an op

@@ -33,6 +33,11 @@
 //   cpu.pool             pooling forward, adaptive included: rows, acc (templates_cpu_pool.cpp)
 //   cpu.pool_backward    pooling backward as a gather over the windows holding each input
 //                        element: rows, acc (templates_cpu_pool_backward.cpp)
+//   cpu.loss             mse_loss smooth_l1_loss huber_loss binary_cross_entropy nll_loss(2d):
+//                        elementwise, or block partial sums in a fixed order and a finishing
+//                        launch (templates_cpu_loss.cpp)
+//   cpu.loss_backward    mse_loss_backward binary_cross_entropy_backward nll_loss(2d)_backward:
+//                        elementwise; nll writes each target's column once (templates_cpu_loss_backward.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -52,13 +57,16 @@ const Template* cpu_scan_template();
 const Template* cpu_pool_template();
 const Template* cpu_reduction_template();
 const Template* cpu_pool_backward_template();
+const Template* cpu_loss_template();
+const Template* cpu_loss_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
                                                  cpu_softmax_template(false),   cpu_softmax_template(true),
                                                  cpu_layer_norm_template(), cpu_layer_norm_backward_template(), cpu_scan_template(),
                                                  cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template(),
-                                                 cpu_pool_backward_template()};
+                                                 cpu_pool_backward_template(),
+                                                 cpu_loss_template(), cpu_loss_backward_template()};
   return v;
 }
 

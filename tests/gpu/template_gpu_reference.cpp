@@ -376,6 +376,8 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
     return out;
   }
   if (op_info(c.op).family == OpFamily::kPoolBackward) return pool_backward(c, in);
+  if (op_info(c.op).family == OpFamily::kLoss) return loss(c, in);
+  if (op_info(c.op).family == OpFamily::kLossBackward) return loss_backward(c, in);
   // Layer norm forward and backward: M rows of N.
   const Vec& x = in.at("input");
   int64_t N = 1;
@@ -492,6 +494,8 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
     for (int64_t i = 0; i < n; ++i) v[i] = ((i / 1000) % 4 == 3 ? 100.0 : 0.0) + 3 * nd(rng);
     for (int64_t i = n / 2; i < n / 2 + 64 && n > 256; ++i) v[i] = v[n / 2];
     if (n > 256) v[n / 7] = NAN, v[n / 5] = INFINITY, v[n / 3] = -INFINITY;
+  } else if (fam == OpFamily::kLoss || fam == OpFamily::kLossBackward) {
+    v = loss_input(c, t, rng);
   } else if (fam == OpFamily::kSoftmaxBackward) {
     const int64_t L = t.sizes.back();
     if (t.name == "grad_output") {

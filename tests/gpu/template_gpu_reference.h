@@ -33,6 +33,9 @@ struct Host {
       } else if (dt == DType::kF32) {
         float f = static_cast<float>(v[i]);
         std::memcpy(&b[i * 4], &f, 4);
+      } else if (dt == DType::kI64) {   // class targets (nll)
+        const int64_t q = static_cast<int64_t>(v[i]);
+        std::memcpy(&b[i * 8], &q, 8);
       } else {
         uint16_t h = dt == DType::kF16 ? to_f16(static_cast<float>(v[i])) : to_bf16(static_cast<float>(v[i]));
         std::memcpy(&b[i * 2], &h, 2);
@@ -41,6 +44,7 @@ struct Host {
     return b;
   }
   static double round(DType dt, double x) {
+    if (dt == DType::kI64) return x;
     float f = static_cast<float>(x);
     if (dt == DType::kF16) return from_f16(to_f16(f));
     if (dt == DType::kBF16) return from_bf16(to_bf16(f));
@@ -80,5 +84,11 @@ std::vector<Expect> pool_backward(const OpCall& c, const std::map<std::string, V
 Vec argmax_indices(const OpCall& c, const std::map<std::string, Vec>& in);
 // Values for one input of `c`, rounded to its dtype.
 Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+// The loss families (template_gpu_loss.cpp): one input's values (before rounding), references.
+Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);
+std::vector<Expect> loss_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+// nll backward's total_weight input, as the forward computes it from the other inputs.
+double nll_total_weight(const OpCall& c, const std::map<std::string, Vec>& in);
 
 }  // namespace kc::evolve::gpu_ref

@@ -162,6 +162,8 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
       }
     } else if (tm.name == "indices" && op_info(c.op).family == OpFamily::kPoolBackward) {
       v = gpu_ref::argmax_indices(c, in);   // self comes before indices in schema order
+    } else if (tm.name == "total_weight") {   // nll backward: the forward's
+      v = {Host::round(tm.dtype, gpu_ref::nll_total_weight(c, in))};
     } else {
       v = make_input(c, tm, rng);
     }
@@ -489,6 +491,45 @@ TEST_F(Gpu, PoolBackward) {
   run_all(*this, cs, 2e-5);
 }
 
+// Losses: every reduction, odd sizes (vector tails), one block and many, weights, ignored targets,
+// 1d nll and nll2d, halves; the fused mean over 64 MiB and an LLM-vocabulary nll.
+TEST_F(Gpu, Loss) {
+  std::vector<Case> cs;
+  for (int64_t r : {0, 1, 2}) {
+    const json red = {{"reduction", r}};
+    for (DType dt : {DType::kF32, DType::kBF16}) cs.push_back({OpId::kMseLoss, {1000003}, dt, red, 3, {{{"blocks", 1}}}});
+    cs.push_back({OpId::kSmoothL1Loss, {7, 13, 5}, DType::kF32, {{"reduction", r}, {"beta", 0.5}}, 3});
+    cs.push_back({OpId::kSmoothL1Loss, {4099}, DType::kF16, {{"reduction", r}, {"beta", 0.0}}, 2});
+    cs.push_back({OpId::kHuberLoss, {4099}, DType::kF16, {{"reduction", r}, {"delta", 2.0}}, 2});
+    cs.push_back({OpId::kBinaryCrossEntropy, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    cs.push_back({OpId::kBinaryCrossEntropy, {513, 7}, DType::kBF16, red, 2});
+    cs.push_back({OpId::kNllLoss, {37, 11}, DType::kF32, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
+    cs.push_back({OpId::kNllLoss, {7}, DType::kF32, {{"reduction", r}, {"weight", true}}, 1});
+    cs.push_back({OpId::kNllLoss, {1024, 32000}, DType::kBF16, red, 2});
+    cs.push_back({OpId::kNllLoss2d, {2, 5, 7, 9}, DType::kF16, {{"reduction", r}, {"weight", r == 1}}, 2});
+  }
+  cs.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, kNone, 2, {{{"blocks", 2112}, {"vec", 4}, {"unroll", 4}}}});
+  cs.push_back({OpId::kNllLoss, {5, 1}, DType::kF32, {{"ignore_index", 0}}, 2});   // every target ignored: nan
+  run_all(*this, cs, 2e-5);
+}
+
+// Loss backward: every reduction, vector tails, weights, ignored targets, 1d nll, nll2d, halves.
+TEST_F(Gpu, LossBackward) {
+  std::vector<Case> cs;
+  for (int64_t r : {0, 1, 2}) {
+    const json red = {{"reduction", r}};
+    cs.push_back({OpId::kMseLossBackward, {1000003}, DType::kF32, red, 3});
+    cs.push_back({OpId::kMseLossBackward, {4099}, DType::kBF16, red, 2});
+    cs.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    cs.push_back({OpId::kBinaryCrossEntropyBackward, {513, 7}, DType::kF16, red, 2});
+    cs.push_back({OpId::kNllLossBackward, {37, 11}, DType::kF32, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
+    cs.push_back({OpId::kNllLossBackward, {1024, 32000}, DType::kBF16, red, 2});
+    cs.push_back({OpId::kNllLossBackward, {7}, DType::kF32, {{"reduction", r}, {"weight", true}}, 1});
+    cs.push_back({OpId::kNllLoss2dBackward, {2, 5, 7, 9}, DType::kF16, {{"reduction", r}, {"weight", r == 1}}, 2});
+  }
+  run_all(*this, cs, 2e-5);
+}
+
 // Times the default candidate (and a few split settings) of the shapes that matter most.
 TEST_F(Gpu, Scan) {
   std::vector<Case> cs;
@@ -561,6 +602,8 @@ TEST_F(Gpu, Timings) {
       {OpId::kGroupNorm, {8, 320, 64, 64}, {{"group", 32}}, {{}, {{"split", 0}}}, 2 * 8.0 * 320 * 4096 * 4},
       {OpId::kGroupNorm, {8, 1280, 16, 16}, {{"group", 32}}, {{}}, 2 * 8.0 * 1280 * 256 * 4},
       {OpId::kGroupNorm, {32, 64, 56, 56}, {{"group", 32}}, {{}, {{"regs", 0}}}, 2 * 32.0 * 64 * 3136 * 4},
+      {OpId::kMseLoss, {1 << 24}, kNone, {{}, {{"blocks", 528}}, {{"blocks", 2112}}}, 2 * 4.0 * (1 << 24)},
+      {OpId::kNllLoss, {4096, 32000}, kNone, {{}}, 4096.0 * (8 + 4)},
   };
   for (const T& t : ts) {
     auto cr = make_call(t.op, t.sizes, DType::kF32, BackendKind::kCuda, t.args);

@@ -119,3 +119,34 @@ def test_pooling_backward_identical_to_eager(fresh_cache):
     kc.enable()
     for g, r in zip(got, want):
         torch.testing.assert_close(g, r, rtol=0, atol=0)
+def test_losses_identical_to_eager(fresh_cache):
+    """The losses and their backward operators (smooth_l1 and huber's backward are not intercepted:
+    README) are caught on a miss and change nothing, in values or gradients."""
+    torch.manual_seed(0)
+    x = torch.randn(12, 7, requires_grad=True)
+    t = torch.randn(12, 7)
+    cls = torch.tensor([0, 3, 6, -100, 2, 2, 5, 1, 0, 4, -100, 6])
+
+    def f():
+        h = F.mse_loss(x, t) + F.smooth_l1_loss(x, t, beta=0.5, reduction="sum") + F.huber_loss(x, t, delta=2.0)
+        h = h + F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(t), weight=t.abs())
+        h = h + F.nll_loss(F.log_softmax(x, dim=1), cls, weight=torch.linspace(0.5, 2, 7))
+        return h + F.nll_loss(F.log_softmax(x, dim=1).t().contiguous().reshape(1, 7, 3, 4), cls.clamp(0).reshape(1, 3, 4),
+                              reduction="sum")
+
+    def grad():
+        x.grad = None
+        out = f()
+        out.backward()
+        return out.detach(), x.grad.clone()
+
+    out, g = grad()
+    s = status()
+    for op in ["mse_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "nll_loss", "nll_loss2d",
+               "mse_loss_backward", "binary_cross_entropy_backward", "nll_loss_backward", "nll_loss2d_backward"]:
+        assert s["ops"][op]["misses"] >= 1, op
+    kc.disable()
+    ref_out, ref_g = grad()
+    kc.enable()
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+    torch.testing.assert_close(g, ref_g, rtol=0, atol=0)

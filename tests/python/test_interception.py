@@ -24,6 +24,13 @@ def inputs(dtype):
     }
 
 
+def loss_targets(n, classes, ignore_index):
+    """n class indices in [0, classes), every fifth one ignore_index."""
+    t = (torch.arange(n) * 7) % classes
+    t[3::5] = ignore_index
+    return t
+
+
 FORWARD = {
     "relu": torch.relu,
     "gelu": F.gelu,
@@ -71,6 +78,20 @@ FORWARD = {
     "norm3": lambda x: torch.linalg.vector_norm(x, 3, dim=0),
     # 1d adaptive pooling reaches _adaptive_avg_pool2d (a 1x1 output would be a mean instead)
     "adaptive_avg_pool": lambda x: F.adaptive_avg_pool1d(x, 5) if x.dim() == 2 and x.shape[0] else x,
+    # Losses: each reduction, weights, ignored targets (every fifth), nll over (N, C) and as 2d.
+    "mse_loss": lambda x: F.mse_loss(x, torch.cos(x)),
+    "mse_loss_none": lambda x: F.mse_loss(x, torch.cos(x), reduction="none"),
+    "smooth_l1_loss": lambda x: F.smooth_l1_loss(x, 2 * torch.sin(x), reduction="sum", beta=0.5),
+    "huber_loss": lambda x: F.huber_loss(x, torch.cos(x), reduction="none", delta=0.7),
+    "bce": lambda x: F.binary_cross_entropy(torch.sigmoid(x).nan_to_num(0.5), torch.sigmoid(-x).nan_to_num(0.5).round()),
+    "bce_weight_sum": lambda x: F.binary_cross_entropy(torch.sigmoid(x).nan_to_num(0.5), torch.sigmoid(-x).nan_to_num(0.5),
+                                                       weight=torch.cos(x).abs(), reduction="sum"),
+    "nll_loss": lambda x: F.nll_loss(x, loss_targets(x.shape[0], x.shape[1], -100)) if x.dim() == 2 and x.shape[0] else x,
+    "nll_loss_weight": lambda x: F.nll_loss(x, loss_targets(x.shape[0], x.shape[1], 2), ignore_index=2, reduction="sum",
+                                            weight=torch.linspace(0.5, 2, x.shape[1], dtype=x.dtype))
+    if x.dim() == 2 and x.shape[0] else x,
+    "nll_loss2d": lambda x: F.nll_loss(x.unsqueeze(0).unsqueeze(-1), loss_targets(x.shape[1], x.shape[0], -100).reshape(1, -1, 1),
+                                       reduction="none") if x.dim() == 2 and x.shape[0] else x,
 }
 # Ops and dtypes eager itself does not implement on the CPU.
 UNSUPPORTED = {("logcumsumexp", torch.float16), ("avg_pool", torch.float16)}

@@ -1,7 +1,7 @@
 // A plain, small call of every operator for the tests that loop over all of runtime/ops.def:
 // the lead tensor's sizes and the JSON arguments make_call needs for it (layer norm's
 // normalized shape, pooling's spatial dims, batch norm without running stats, since training
-// with them updates its inputs, which no template does).
+// with them updates its inputs, which no template does; nll_loss2d's (N, C, H, W)).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -32,6 +32,10 @@ inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
       // Adaptive: a non-global output (a 1x1 grad_output is contiguous whatever its strides).
       if (pool_op(info.id)->kind == PoolKind::kAdaptive)
         p.args["output_size"] = pool_op(info.id)->nd == 3 ? std::vector<int64_t>{2, 3, 5} : std::vector<int64_t>{3, 5};
+      break;
+    case OpFamily::kLoss:   // self [rows, cols] (nll: rows targets of cols classes); nll2d's is 4d
+    case OpFamily::kLossBackward:
+      if (info.id == OpId::kNllLoss2d || info.id == OpId::kNllLoss2dBackward) p.sizes = {2, cols, 3, rows};
       break;
     default: break;
   }

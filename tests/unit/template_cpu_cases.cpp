@@ -287,3 +287,56 @@ std::vector<Case> reduction_cases() {
 }
 
 }  // namespace kc::evolve
+
+namespace kc::evolve {
+
+// Losses: every reduction at odd sizes and one long enough for several blocks; smooth_l1 with
+// beta 0 (l1) and 0.5, huber with delta 2; bce with and without weight (exact 0 and 1 inputs hit
+// the log clamp); nll with and without class weights, the default and a class as ignore_index,
+// 1d self, every target ignored (mean: 0 / 0 = nan), nll2d.
+std::vector<Case> loss_cases() {
+  std::vector<Case> v;
+  auto add = [&](OpId op, std::vector<int64_t> s, json a) {
+    v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + a.dump(), cpu_call(op, s, a)});
+  };
+  for (int64_t r : {0, 1, 2}) {
+    for (const auto& s : std::vector<std::vector<int64_t>>{{1}, {3, 37}, {300007}}) {
+      add(OpId::kMseLoss, s, {{"reduction", r}});
+      add(OpId::kSmoothL1Loss, s, {{"reduction", r}, {"beta", 0.5}});
+      add(OpId::kHuberLoss, s, {{"reduction", r}, {"delta", 2.0}});
+      add(OpId::kBinaryCrossEntropy, s, {{"reduction", r}, {"weight", r != 2}});
+    }
+    add(OpId::kSmoothL1Loss, {7, 100}, {{"reduction", r}, {"beta", 0.0}});
+    add(OpId::kBinaryCrossEntropy, {5, 3, 17}, {{"reduction", r}});
+    add(OpId::kNllLoss, {37, 11}, {{"reduction", r}});
+    add(OpId::kNllLoss, {37, 11}, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}});
+    add(OpId::kNllLoss, {20001, 7}, {{"reduction", r}, {"weight", true}});
+    add(OpId::kNllLoss, {7}, {{"reduction", r}, {"weight", true}});
+    add(OpId::kNllLoss2d, {2, 5, 7, 9}, {{"reduction", r}, {"weight", r == 1}});
+  }
+  add(OpId::kNllLoss, {5, 1}, {{"reduction", 1}, {"ignore_index", 0}});
+  add(OpId::kNllLoss, {5, 1}, {{"reduction", 2}, {"ignore_index", 0}, {"weight", true}});
+  return v;
+}
+
+// Loss backward: every reduction (grad_output one value or one per term), weights, ignored
+// targets, 1d nll, nll2d, a long nll row (several targets a block).
+std::vector<Case> loss_backward_cases() {
+  std::vector<Case> v;
+  auto add = [&](OpId op, std::vector<int64_t> s, json a) {
+    v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + a.dump(), cpu_call(op, s, a)});
+  };
+  for (int64_t r : {0, 1, 2}) {
+    for (const auto& s : std::vector<std::vector<int64_t>>{{1}, {3, 37}, {70001}}) {
+      add(OpId::kMseLossBackward, s, {{"reduction", r}});
+      add(OpId::kBinaryCrossEntropyBackward, s, {{"reduction", r}, {"weight", r != 2}});
+    }
+    add(OpId::kNllLossBackward, {37, 11}, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}});
+    add(OpId::kNllLossBackward, {300, 1000}, {{"reduction", r}});
+    add(OpId::kNllLossBackward, {7}, {{"reduction", r}, {"weight", true}});
+    add(OpId::kNllLoss2dBackward, {2, 5, 7, 9}, {{"reduction", r}, {"weight", r == 1}});
+  }
+  return v;
+}
+
+}  // namespace kc::evolve

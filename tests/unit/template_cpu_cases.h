@@ -18,5 +18,7 @@ std::vector<Case> pool_backward_cases();
 std::vector<Case> layer_norm_backward_cases();
 std::vector<Case> scan_cases();
 std::vector<Case> reduction_cases();
+std::vector<Case> loss_cases();
+std::vector<Case> loss_backward_cases();
 
 }  // namespace kc::evolve

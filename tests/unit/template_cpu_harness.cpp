@@ -137,6 +137,7 @@ Buffers make_inputs(const Case& cs) {
       if (cs.nan_row) v[3 * t.sizes.back() + 17] = NAN;
     }
   }
+  if (fam == OpFamily::kLoss || fam == OpFamily::kLossBackward) cpu_ref::loss_inputs(c, b, fnv(cs.label));
   if (b.count("running_var"))   // batch norm: a variance is positive
     for (auto& v : b["running_var"]) v = std::fabs(v) + 0.1f;
   if (fam == OpFamily::kSoftmaxBackward) {   // `output` is a real (log-)softmax of random logits

@@ -406,6 +406,8 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
       out[0].k = 16;
       pool_backward(c, b, out);
       break;
+    case OpFamily::kLoss: loss(c, b, out); break;
+    case OpFamily::kLossBackward: loss_backward(c, b, out); break;
     default: break;
   }
   return out;

@@ -2,6 +2,7 @@
 // value of every output of the 16 default ops from the float inputs, with a per-element scale
 // that follows the formula's conditioning.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +20,12 @@ struct Expect {
   std::vector<double> ref, scale;
   double k = 8;
 };
+
+// The loss families (template_cpu_loss.cpp): the values their inputs must take, drawn over the
+// harness's normal ones, and their references.
+void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed);
+void loss(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+void loss_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);

@@ -150,6 +150,43 @@ TEST(Numerics, SoftmaxOverDimZero) {
   EXPECT_TRUE(compare("out", at::softmax(s.inputs[0], 1), s, 0).has_value());
 }
 
+// Losses (evolve/ops/loss_reference.cpp): an fp32 sum in another order and fp64 rounded to float
+// pass; the mean of nll over every target instead of the non-ignored ones' weight, a mean
+// accumulated in bf16 and an mse mean missing a tail of terms fail by far. The drawn targets are
+// classes or ignore_index, never a float kind.
+TEST(Numerics, LossModelPassesHonestAndRejectsWrongMeans) {
+  auto nll = make_call(OpId::kNllLoss, {4096, 100}, DType::kF32, BackendKind::kCpu, {{"weight", true}});
+  ASSERT_TRUE(nll.is_ok());
+  InputSet s = set_of(nll.value(), "normal");
+  const at::Tensor t = s.inputs[1];
+  EXPECT_TRUE(((t.ge(0) & t.lt(100)) | t.eq(-100)).all().item<bool>());
+  EXPECT_GT(t.eq(-100).sum().item<int64_t>(), 4096 / 16);
+  EXPECT_FALSE(compare("out0", s.ref64[0].to(at::kFloat), s, 0).has_value());
+  EXPECT_FALSE(compare("out1", s.ref64[1].to(at::kFloat), s, 1).has_value());
+  const double n = 4096;
+  at::Tensor by_count = (s.ref64[0] * s.ref64[1] / n).to(at::kFloat);
+  auto bad = compare("out0", by_count, s, 0);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_GT(bad->value("ratio", 0.0), 30.0) << bad->dump();
+
+  auto mse = make_call(OpId::kMseLoss, {1 << 20}, DType::kF32, BackendKind::kCpu);
+  ASSERT_TRUE(mse.is_ok());
+  InputSet m = set_of(mse.value(), "offset");
+  at::Tensor d2 = (m.inputs[0] - m.inputs[1]).square();
+  at::Tensor blocked = d2.reshape({1024, 1024}).sum(1).sum().div(1 << 20);   // another fp32 order
+  EXPECT_FALSE(compare("out0", blocked, m, 0).has_value());
+  at::Tensor bf16_acc = at::zeros({}, at::kBFloat16);
+  for (int64_t b = 0; b < 1024; ++b) bf16_acc += d2.narrow(0, b * 1024, 1024).sum().to(at::kBFloat16);
+  bad = compare("out0", bf16_acc.to(at::kFloat).div(1 << 20), m, 0);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_GT(bad->value("ratio", 0.0), 5.0) << bad->dump();
+  // One term of 2^20 is inside sqrt(n) ulp of the sum (as in every reduction model here); a
+  // dropped tail of 2^13 is not.
+  bad = compare("out0", d2.narrow(0, 0, (1 << 20) - (1 << 13)).sum().div(1 << 20), m, 0);
+  ASSERT_TRUE(bad.has_value()) << "a mean missing its last 2^13 terms";
+  EXPECT_GT(bad->value("ratio", 0.0), 5.0) << bad->dump();
+}
+
 }  // namespace
 }  // namespace kc::evolve
 

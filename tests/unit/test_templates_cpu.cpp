@@ -124,6 +124,24 @@ TEST(CpuTemplates, PoolBackward) {
   Stats st = run_family(pool_backward_cases(), "cpu.pool_backward");
   EXPECT_GT(st.ran, 60);
   EXPECT_TRUE(st.both("acc"));
+TEST(CpuTemplates, Loss) {
+  Stats st = run_family(loss_cases(), "cpu.loss");
+  EXPECT_GT(st.ran, 300);
+  for (const char* k : {"acc", "simd"}) EXPECT_TRUE(st.both(k)) << k;
+  // Broadcast self and target, an int32 target (eager refuses it) and a negative beta stay eager's.
+  OpCall bc = cpu_call(OpId::kMseLoss, {4, 8});
+  bc.inputs[1].sizes = {1, 8};
+  bc.inputs[1].strides = {8, 1};
+  OpCall i32 = cpu_call(OpId::kNllLoss, {4, 8});
+  i32.inputs[1].dtype = DType::kI32;
+  for (const OpCall& c : {bc, i32, cpu_call(OpId::kSmoothL1Loss, {4, 8}, {{"beta", -1.0}})})
+    for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(c).empty()) << t->name();
+}
+
+TEST(CpuTemplates, LossBackward) {
+  Stats st = run_family(loss_backward_cases(), "cpu.loss_backward");
+  EXPECT_GT(st.ran, 100);
+  EXPECT_TRUE(st.both("simd"));
 }
 
 TEST(CpuTemplates, LayerNormBackward) {
@@ -139,6 +157,7 @@ TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
   for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases,
                   &reduction_cases})
+                 &loss_cases, &loss_backward_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
     for (auto& c : softmax_cases(bw)) all.push_back(std::move(c));

@@ -165,6 +165,28 @@ std::vector<Case> cases() {
   v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kF32, {{"dim", "none"}, {"ord", INFINITY}}, 3});
   v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kBF16, {{"dim", 1}, {"ord", 3}}, 3});
   v.push_back({OpId::kArgmax, {16, 1024}, DType::kF32, {{"dim", "none"}}, 3});
+  // Losses: each reduction (none: one map launch; mean / sum: fused partials and a final launch,
+  // or one block), weights, ignore_index, 1d nll and nll2d, halves, the 64 MiB mean.
+  for (int64_t r : {0, 1, 2}) {
+    const json red = {{"reduction", r}};
+    v.push_back({OpId::kMseLoss, {1000003}, DType::kF32, red, 4});
+    v.push_back({OpId::kSmoothL1Loss, {7, 13, 5}, DType::kBF16, {{"reduction", r}, {"beta", 0.5}}});
+    v.push_back({OpId::kHuberLoss, {4099}, DType::kF16, {{"reduction", r}, {"delta", 2.0}}});
+    v.push_back({OpId::kBinaryCrossEntropy, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLoss, {4096, 1000}, DType::kBF16, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
+    v.push_back({OpId::kNllLoss, {7}, DType::kF32, red});
+    v.push_back({OpId::kNllLoss2d, {2, 5, 7, 9}, DType::kF16, red});
+  }
+  v.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, json::object(), 4});
+  // Loss backward: grad_output one value or one per term; nll's vectors along classes (nll2d:
+  // along the plane).
+  for (int64_t r : {0, 1, 2}) {
+    v.push_back({OpId::kMseLossBackward, {1000003}, DType::kBF16, {{"reduction", r}}, 3});
+    v.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLossBackward, {4096, 1000}, DType::kF16, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLoss2dBackward, {2, 5, 8, 9}, DType::kF32, {{"reduction", r}}});
+  }
+  v.push_back({OpId::kNllLossBackward, {7}, DType::kF32, json::object()});
   return v;
 }
 
@@ -244,11 +266,15 @@ TEST(TemplatesCuda, UnhandledCallsHaveAnEmptySpace) {
     OpCall misaligned = c;
     misaligned.inputs[0].align = 8;
     none_claims(misaligned, std::string(info.name) + " with an 8-byte aligned input");
-    OpCall strided = c;   // the last two dims transposed
-    auto& st = strided.inputs[0].strides;
-    const size_t nd = st.size();
-    st[nd - 1] = strided.inputs[0].sizes[nd - 2];
-    st[nd - 2] = 1;
+    OpCall strided = c;   // the last two dims of the first matrix-or-more input transposed
+    for (auto& in : strided.inputs) {
+      auto& st = in.strides;
+      const size_t nd = st.size();
+      if (!in.defined || nd < 2) continue;   // a loss backward's grad_output may be 0-dim or 1-dim
+      st[nd - 1] = in.sizes[nd - 2];
+      st[nd - 2] = 1;
+      break;
+    }
     none_claims(strided, std::string(info.name) + " with a transposed input");
     none_claims(call_of({info.id, k.sizes, DType::kF64, k.args}), std::string(info.name) + " in f64");
     std::vector<int64_t> empty = k.sizes;
@@ -265,6 +291,14 @@ TEST(TemplatesCuda, UnhandledCallsHaveAnEmptySpace) {
   none_claims(call_of({OpId::kLayerNorm, {8, 64}, DType::kF16, json::object()}), "layer norm in f16");
   none_claims(call_of({OpId::kGelu, {8}, DType::kF32, {{"approximate", "erf"}}}), "unknown gelu approximation");
   none_claims(call_of({OpId::kCumsum, {8, 64}, DType::kF32, {{"dim", 1}, {"dtype", "f64"}}}), "cumsum into f64");
+  OpCall bc = call_of({OpId::kMseLoss, {8, 64}, DType::kF32, json::object()});
+  bc.inputs[1].sizes = {1, 64};
+  bc.inputs[1].strides = {64, 1};
+  none_claims(bc, "mse_loss with a broadcast target");
+  none_claims(call_of({OpId::kHuberLoss, {8, 64}, DType::kF32, {{"delta", 0.0}}}), "huber_loss with delta 0");
+  OpCall u8 = call_of({OpId::kNllLoss, {8, 64}, DType::kF32, json::object()});
+  u8.inputs[1].dtype = DType::kU8;
+  none_claims(u8, "nll_loss with a uint8 target");
 }
 
 TEST(TemplatesCuda, KnobsOutsideTheSpaceOrOverBudgetAreUnsupported) {
