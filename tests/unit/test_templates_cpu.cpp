@@ -124,6 +124,8 @@ TEST(CpuTemplates, PoolBackward) {
   Stats st = run_family(pool_backward_cases(), "cpu.pool_backward");
   EXPECT_GT(st.ran, 60);
   EXPECT_TRUE(st.both("acc"));
+}
+
 TEST(CpuTemplates, Loss) {
   Stats st = run_family(loss_cases(), "cpu.loss");
   EXPECT_GT(st.ran, 300);
@@ -156,8 +158,7 @@ TEST(CpuTemplates, LayerNormBackward) {
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
   for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases,
-                  &reduction_cases})
-                 &loss_cases, &loss_backward_cases})
+                  &reduction_cases, &loss_cases, &loss_backward_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
     for (auto& c : softmax_cases(bw)) all.push_back(std::move(c));
