@@ -49,6 +49,9 @@ Result<PoolGeom> pool_geometry(const OpCall& c);
 // stride, and in ceil mode never a last window that starts past the input and its left padding.
 int64_t pool_out_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil);
 
+// The forward op of a PoolBackward op (max_pool2d_with_indices_backward -> max_pool2d, ...).
+OpId pool_forward_of(OpId backward_op);
+
 // Adaptive window o of `out` over `in` elements: [adaptive_start, adaptive_end).
 inline int64_t adaptive_start(int64_t o, int64_t in, int64_t out) { return o * in / out; }
 inline int64_t adaptive_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }

@@ -9,9 +9,8 @@
 #include "evolve/ops/pool.h"
 
 namespace kc::evolve {
-namespace {
 
-OpId forward_of(OpId op) {
+OpId pool_forward_of(OpId op) {
   switch (op) {
     case OpId::kMaxPool2dBackward: return OpId::kMaxPool2d;
     case OpId::kMaxPool3dBackward: return OpId::kMaxPool3d;
@@ -22,9 +21,11 @@ OpId forward_of(OpId op) {
   }
 }
 
+namespace {
+
 Status make_pool_backward(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
   OpCall fwd;
-  fwd.op = forward_of(op);
+  fwd.op = pool_forward_of(op);
   fwd.inputs = {dense_meta("self", sizes, dt)};
   Status st = pool_scalars(fwd.op, args, fwd);
   if (!st.is_ok()) return st;

@@ -6,8 +6,8 @@
 #include <functional>
 
 #include "evolve/ops/pool.h"
-#include "tests/unit/reduction_reference.h"
 #include "runtime/ops.h"
+#include "tests/unit/reduction_reference.h"
 
 namespace kc::evolve::gpu_ref {
 

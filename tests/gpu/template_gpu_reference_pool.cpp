@@ -8,33 +8,13 @@
 
 #include "evolve/ops/pool.h"
 #include "tests/gpu/template_gpu_reference.h"
+#include "tests/unit/pool_window.h"
 
 namespace kc::evolve::gpu_ref {
 namespace {
 
-OpId forward_op(OpId op) {
-  switch (op) {
-    case OpId::kMaxPool2dBackward: return OpId::kMaxPool2d;
-    case OpId::kMaxPool3dBackward: return OpId::kMaxPool3d;
-    case OpId::kAvgPool2dBackward: return OpId::kAvgPool2d;
-    case OpId::kAvgPool3dBackward: return OpId::kAvgPool3d;
-    case OpId::kAdaptiveAvgPool2dBackward: return OpId::kAdaptiveAvgPool2d;
-    default: return OpId::kAdaptiveAvgPool3d;
-  }
-}
-
-// Window o along axis a clipped to the input, [lo, hi), and its length before clipping.
-struct Win {
-  int64_t lo, hi, padded;
-};
-Win window(const PoolGeom& g, int a, int64_t o) {
-  if (g.adaptive) {
-    const int64_t lo = o * g.in[a] / g.out[a], hi = ((o + 1) * g.in[a] + g.out[a] - 1) / g.out[a];
-    return {lo, hi, hi - lo};
-  }
-  const int64_t lo = o * g.s[a] - g.p[a], hi = std::min(lo + g.k[a], g.in[a] + g.p[a]);
-  return {std::max<int64_t>(lo, 0), std::min(hi, g.in[a]), hi - lo};
-}
+using pool_ref::Win;
+using pool_ref::window;
 
 }  // namespace
 
@@ -70,7 +50,7 @@ std::vector<Expect> pool_backward(const OpCall& c, const std::map<std::string, V
 
 Vec argmax_indices(const OpCall& c, const std::map<std::string, Vec>& in) {
   OpCall f;
-  f.op = forward_op(c.op);
+  f.op = pool_forward_of(c.op);
   f.backend = c.backend;
   f.inputs = {*c.input("self")};
   f.scalars = c.scalars;

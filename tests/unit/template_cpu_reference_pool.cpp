@@ -8,35 +8,14 @@
 #include <cstring>
 
 #include "evolve/ops/pool.h"
+#include "tests/unit/pool_window.h"
 #include "tests/unit/template_cpu_reference.h"
 
 namespace kc::evolve::cpu_ref {
 namespace {
 
-OpId forward_op(OpId op) {
-  switch (op) {
-    case OpId::kMaxPool2dBackward: return OpId::kMaxPool2d;
-    case OpId::kMaxPool3dBackward: return OpId::kMaxPool3d;
-    case OpId::kAvgPool2dBackward: return OpId::kAvgPool2d;
-    case OpId::kAvgPool3dBackward: return OpId::kAvgPool3d;
-    case OpId::kAdaptiveAvgPool2dBackward: return OpId::kAdaptiveAvgPool2d;
-    default: return OpId::kAdaptiveAvgPool3d;
-  }
-}
-
-// Window o along axis a, clipped to the input: [lo, hi), and its length before clipping to the
-// input (the count_include_pad divisor; adaptive windows are never padded).
-struct Win {
-  int64_t lo, hi, padded;
-};
-Win window(const PoolGeom& g, int a, int64_t o) {
-  if (g.adaptive) {
-    const int64_t lo = o * g.in[a] / g.out[a], hi = ((o + 1) * g.in[a] + g.out[a] - 1) / g.out[a];
-    return {lo, hi, hi - lo};
-  }
-  const int64_t lo = o * g.s[a] - g.p[a], hi = std::min(lo + g.k[a], g.in[a] + g.p[a]);
-  return {std::max<int64_t>(lo, 0), std::min(hi, g.in[a]), hi - lo};
-}
+using pool_ref::Win;
+using pool_ref::window;
 
 int64_t load_i64(const std::vector<float>& v, int64_t i) {
   int64_t q;
@@ -76,7 +55,7 @@ void pool_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
 
 void argmax_indices(const OpCall& c, Buffers& b) {
   OpCall f;
-  f.op = forward_op(c.op);
+  f.op = pool_forward_of(c.op);
   f.backend = c.backend;
   f.inputs = {*c.input("self")};
   f.scalars = c.scalars;
