@@ -1,0 +1,158 @@
+// Cases of the CUDA template tests; see template_cuda_cases.h.
+#include "tests/unit/template_cuda_cases.h"
+
+#include <cmath>
+
+namespace kc::evolve::cuda_cases {
+
+std::string describe(const Case& k) {
+  std::string s = op_info(k.op).name;
+  s += "[";
+  for (size_t i = 0; i < k.sizes.size(); ++i) s += (i ? "," : "") + std::to_string(k.sizes[i]);
+  return s + "]" + dtype_name(k.dt) + (k.args.empty() ? "" : k.args.dump());
+}
+
+// One main shape per op, dtype and arguments with 6 random settings (3 for halves), odd shapes
+// with 2: sources are mostly shape-free, so the odd shapes mostly share the main shape's compiles
+// and the test stays within about a minute of NVRTC on two cores.
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  const json none = json::object();
+  using Sizes = std::vector<std::vector<int64_t>>;
+  for (OpId op : {OpId::kRelu, OpId::kSilu, OpId::kSigmoid, OpId::kTanh, OpId::kGelu}) {
+    v.push_back({op, {1000, 37}, DType::kF32, none, 6});
+    for (auto s : Sizes{{1}, {7, 13, 5}}) v.push_back({op, s, DType::kF32, none});
+  }
+  v.push_back({OpId::kGelu, {4099}, DType::kF32, {{"approximate", "tanh"}}, 6});
+  v.push_back({OpId::kGelu, {64, 33}, DType::kF16, {{"approximate", "tanh"}}, 3});
+  v.push_back({OpId::kRelu, {3, 5}, DType::kBF16, none, 3});
+  v.push_back({OpId::kSilu, {1025}, DType::kF16, none, 3});
+  for (OpId op : {OpId::kLeakyRelu, OpId::kElu, OpId::kHardtanh, OpId::kHardsigmoid, OpId::kHardswish, OpId::kSoftplus,
+                  OpId::kMish, OpId::kLeakyReluBackward, OpId::kEluBackward, OpId::kHardtanhBackward,
+                  OpId::kHardsigmoidBackward, OpId::kHardswishBackward, OpId::kSoftplusBackward, OpId::kMishBackward})
+    v.push_back({op, {257, 3}, op == OpId::kMish ? DType::kBF16 : DType::kF32, none, 2});
+  for (OpId op : {OpId::kReluBackward, OpId::kSiluBackward, OpId::kSigmoidBackward, OpId::kTanhBackward,
+                  OpId::kGeluBackward}) {
+    v.push_back({op, {513, 7}, DType::kF32, none, 6});
+    v.push_back({op, {3}, DType::kF32, none});
+  }
+  v.push_back({OpId::kReluBackward, {100}, DType::kF32, {{"threshold", 0.25}}});
+  v.push_back({OpId::kReluBackward, {10, 10}, DType::kBF16, {{"threshold", 1}}, 3});
+  v.push_back({OpId::kGeluBackward, {77}, DType::kF32, {{"approximate", "tanh"}}, 6});
+  v.push_back({OpId::kTanhBackward, {9, 9}, DType::kF16, none, 3});
+  for (OpId op : {OpId::kSoftmax, OpId::kLogSoftmax, OpId::kSoftmaxBackward, OpId::kLogSoftmaxBackward}) {
+    v.push_back({op, {33, 1000}, DType::kF32, none, 6});
+    for (auto s : Sizes{{1, 1}, {5, 7}, {4, 4096}, {2, 3, 40000}}) v.push_back({op, s, DType::kF32, none});
+    v.push_back({op, {6, 130}, DType::kF32, {{"dim", 1}}});
+    v.push_back({op, {64, 128}, DType::kF16, none, 3});
+    v.push_back({op, {3, 200}, DType::kBF16, none, 3});
+  }
+  for (const json& a : {json{{"normalized_shape", {5}}}, json{{"normalized_shape", {5}}, {"affine", false}},
+                        json{{"normalized_shape", {5}}, {"bias", false}}})
+    v.push_back({OpId::kLayerNorm, {3, 5}, DType::kF32, a});
+  v.push_back({OpId::kLayerNorm, {37, 130}, DType::kF32, {{"normalized_shape", {130}}}});
+  v.push_back({OpId::kLayerNorm, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 6});
+  v.push_back({OpId::kLayerNorm, {2, 3, 4096}, DType::kF32, {{"normalized_shape", {3, 4096}}, {"affine", false}}});
+  v.push_back({OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32, {{"normalized_shape", {64, 256, 256}}}, 6});
+  for (const json& mask : {json{1, 1, 1}, json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}, json{0, 1, 0}}) {
+    v.push_back({OpId::kLayerNormBackward, {3, 5}, DType::kF32, {{"normalized_shape", {5}}, {"output_mask", mask}}});
+    v.push_back({OpId::kLayerNormBackward, {1, 64, 256, 256}, DType::kF32,
+                 {{"normalized_shape", {64, 256, 256}}, {"output_mask", mask}}});
+  }
+  // Group norm: the split shape, U-Net shapes, odd ones; bf16/f16 with their own and fp32 params.
+  v.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6});
+  v.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 6});
+  v.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, {{"group", 32}, {"param_dtype", "f32"}}, 3});
+  v.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, {{"group", 32}}, 3});
+  v.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF16, {{"group", 3}, {"affine", false}}, 3});
+  v.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}});
+  // Batch norm: instance norm as (1, N*C, H, W) training without running stats, bf16 eval with
+  // fp32 parameters, odd shapes.
+  const json bn_train = {{"training", true}, {"running", false}, {"affine", false}};
+  v.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, bn_train, 6});
+  v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", true}, {"running", false}}, 3});
+  v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}, 3});
+  v.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF16, {{"training", false}, {"affine", false}}});
+  v.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kF32, {{"training", true}, {"running", false}}});
+  // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override.
+  const json p3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
+  v.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}, 6});
+  v.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, DType::kBF16, p3, 3});
+  v.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 6});
+  v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3});
+  v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}});
+  v.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}});
+  v.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                              {"ceil_mode", true}, {"count_include_pad", false}}});
+  // Adaptive (window and global kernels) and pooling backward: the measured shapes, each dtype.
+  v.push_back({OpId::kAdaptiveAvgPool2d, {32, 2048, 7, 7}, DType::kBF16, {{"output_size", 1}}, 3});
+  v.push_back({OpId::kAdaptiveAvgPool3d, {4, 64, 16, 32, 32}, DType::kF32, {{"output_size", 1}}, 6});
+  v.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF16, {{"output_size", {3, 4}}}, 3});
+  v.push_back({OpId::kMaxPool2dBackward, {32, 64, 112, 112}, DType::kF32, p3, 6});
+  v.push_back({OpId::kMaxPool3dBackward, {4, 32, 64, 64, 64}, DType::kBF16, p3, 3});
+  v.push_back({OpId::kAvgPool2dBackward, {3, 11, 7}, DType::kF16, {{"kernel_size", {3, 2}}, {"stride", 2}, {"padding", {1, 0}},
+                                                                   {"ceil_mode", true}, {"count_include_pad", false}}, 3});
+  v.push_back({OpId::kAvgPool3dBackward, {4, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 2}, {"divisor_override", 3}}, 6});
+  v.push_back({OpId::kAdaptiveAvgPool2dBackward, {32, 2048, 7, 7}, DType::kBF16, {{"output_size", 1}}, 3});
+  v.push_back({OpId::kAdaptiveAvgPool3dBackward, {2, 2, 5, 9, 6}, DType::kF32, {{"output_size", {2, 4, 3}}}, 6});
+  // Channels-last backward calls take the channel-vector mapping.
+  v.push_back({OpId::kMaxPool2dBackward, {32, 64, 112, 112}, DType::kBF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                            {"channels_last", true}}, 3});
+  v.push_back({OpId::kAvgPool2dBackward, {2, 6, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                      {"count_include_pad", false}, {"channels_last", true}}, 6});
+  v.push_back({OpId::kMaxPool3dBackward, {2, 8, 7, 9, 10}, DType::kF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                         {"channels_last", true}}, 3});
+  v.push_back({OpId::kLayerNormBackward, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 6});
+  v.push_back({OpId::kLayerNormBackward, {33, 131}, DType::kF32, {{"normalized_shape", {131}}, {"affine", false},
+                                                                   {"output_mask", {1, 0, 0}}}});
+  // Scans: rows (inner 1, split by default for few long rows) and strided columns (split along L).
+  for (OpId op : {OpId::kCumsum, OpId::kCumprod, OpId::kLogcumsumexp}) {
+    v.push_back({op, {33, 1000}, DType::kF32, {{"dim", -1}}, 6});
+    v.push_back({op, {128, 262144}, DType::kF32, {{"dim", -1}}, 6});
+    v.push_back({op, {32768, 1024}, DType::kF32, {{"dim", 0}}, 6});
+    for (auto s : Sizes{{1}, {5, 3, 17}, {9, 1}}) v.push_back({op, s, DType::kF32, {{"dim", 0}}});
+    v.push_back({op, {5, 3, 17}, DType::kF32, {{"dim", 1}}});
+    v.push_back({op, {64, 130}, DType::kBF16, {{"dim", 1}}, 3});
+    v.push_back({op, {4096, 64}, DType::kF16, {{"dim", 0}}, 3});
+  }
+  v.push_back({OpId::kCumsum, {6, 50}, DType::kF32, {{"dim", 1}, {"dtype", "f32"}}});
+  // Reductions: rows, columns (odd inner: scalar loads), few outputs (split), all dims, each
+  // dtype, an fp32 result of bf16, and every op's fold state.
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm}) {
+    v.push_back({op, {128, 4096, 4095}, DType::kF32, {{"dim", 1}}, 4});
+    v.push_back({op, {4096, 4095}, DType::kF32, {{"dim", -1}}, 4});
+    v.push_back({op, {1 << 20, 16}, DType::kBF16, {{"dim", 0}}, 3});
+    v.push_back({op, {5, 3, 17}, DType::kF16, {{"dim", 1}}, 2});
+  }
+  v.push_back({OpId::kSum, {64, 1 << 20}, DType::kF32, {{"dim", "none"}}, 4});
+  v.push_back({OpId::kMean, {8, 4096, 64}, DType::kBF16, {{"dim", {1, 2}}, {"dtype", "f32"}}, 3});
+  v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kF32, {{"dim", "none"}, {"ord", INFINITY}}, 3});
+  v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kBF16, {{"dim", 1}, {"ord", 3}}, 3});
+  v.push_back({OpId::kArgmax, {16, 1024}, DType::kF32, {{"dim", "none"}}, 3});
+  // Losses: each reduction (none: one map launch; mean / sum: fused partials and a final launch,
+  // or one block), weights, ignore_index, 1d nll and nll2d, halves, the 64 MiB mean.
+  for (int64_t r : {0, 1, 2}) {
+    const json red = {{"reduction", r}};
+    v.push_back({OpId::kMseLoss, {1000003}, DType::kF32, red, 4});
+    v.push_back({OpId::kSmoothL1Loss, {7, 13, 5}, DType::kBF16, {{"reduction", r}, {"beta", 0.5}}});
+    v.push_back({OpId::kHuberLoss, {4099}, DType::kF16, {{"reduction", r}, {"delta", 2.0}}});
+    v.push_back({OpId::kBinaryCrossEntropy, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLoss, {4096, 1000}, DType::kBF16, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
+    v.push_back({OpId::kNllLoss, {7}, DType::kF32, red});
+    v.push_back({OpId::kNllLoss2d, {2, 5, 7, 9}, DType::kF16, red});
+  }
+  v.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, json::object(), 4});
+  // Loss backward: grad_output one value or one per term; nll's vectors along classes (nll2d:
+  // along the plane).
+  for (int64_t r : {0, 1, 2}) {
+    v.push_back({OpId::kMseLossBackward, {1000003}, DType::kBF16, {{"reduction", r}}, 3});
+    v.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLossBackward, {4096, 1000}, DType::kF16, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kNllLoss2dBackward, {2, 5, 8, 9}, DType::kF32, {{"reduction", r}}});
+  }
+  v.push_back({OpId::kNllLossBackward, {7}, DType::kF32, json::object()});
+  return v;
+}
+
+}  // namespace kc::evolve::cuda_cases
