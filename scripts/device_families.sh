@@ -12,13 +12,19 @@ timeout 240 bash -c "cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH=$PWD/.device-
   || { echo "BUILD FAILED"; grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 # One gtest process per family, each with its own time limit, so one slow family cannot hide
-# the others' results.
-for f in ${TPL_FILTER:-Unary UnaryBackward Scan GroupNorm Pool BatchNorm Reduction PoolBackward Loss LossBackward}; do
-  t=$(date +%s)
+# the others' results. PAR=1 runs the families side by side (the tests check results, not speed;
+# the machine's cores then compile several families' candidates at once).
+family() {
+  local f=$1 t; t=$(date +%s)
   timeout ${TPL_S:-60} $B/tests/kc_template_gpu_tests --gtest_filter="Gpu.$f" > $OUT/template_gpu_$f.txt 2>&1
-  echo "Gpu.$f rc=$? ($(( $(date +%s) - t )) s) $(grep -E 'candidates checked' $OUT/template_gpu_$f.txt | tail -1)"
-  grep -E "Failure|FAILED|error" -A3 $OUT/template_gpu_$f.txt | head -12
+  { echo "Gpu.$f rc=$? ($(( $(date +%s) - t )) s) $(grep -E 'candidates checked' $OUT/template_gpu_$f.txt | tail -1)"
+    grep -E "Failure|FAILED|error" -A3 $OUT/template_gpu_$f.txt | head -12; } > $OUT/template_gpu_$f.sum
+}
+for f in ${TPL_FILTER:-Unary UnaryBackward Scan GroupNorm Pool BatchNorm Reduction PoolBackward Loss LossBackward}; do
+  if [ -n "${PAR:-}" ]; then family $f & else family $f; fi
 done
+wait
+cat $OUT/template_gpu_*.sum 2>/dev/null; rm -f $OUT/template_gpu_*.sum
 [ -n "${SKIP_MS:-}" ] && exit 0
 t=$(date +%s)
 timeout ${MS_S:-300} python3 benchmarks/model_shapes.py --only "$ONLY" --dtypes "$DT" --modes fwd --out $OUT/ms --lib $LIB \
