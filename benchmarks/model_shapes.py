@@ -119,6 +119,7 @@ CASES = [
     # Single-operator benchmark sizes (memory-bound, eager well over 50 us): norms at 256 MiB,
     # 3D pooling, long scans, activations
     Case(KB, "instance_norm", (16, 64, 256, 256), (0, 1)),
+    Case(KB, "batch_norm", (16, 64, 256, 256), (0, 2, 3), dict(training=True)),
     Case(KB, "group_norm", (16, 64, 256, 256), (1,), dict(groups=8)),
     Case(KB, "max_pool3d", (16, 32, 64, 64, 64), args=dict(kernel_size=3, stride=2, padding=1, dilation=3)),
     Case(KB, "avg_pool3d", (16, 32, 64, 64, 64), args=dict(kernel_size=3, stride=2, padding=1)),

@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "dispatcher/call.h"
+#include "dispatcher/running_stats.h"
 
 namespace kc::dispatch {
 
@@ -93,11 +94,40 @@ template <OpId Op, Dev D, class R, class... A, R (*Fn)(A...)>
 struct Intercept<Op, D, Fn> {
   static constexpr size_t kArity = sizeof...(A);
   static_assert((detail::kTensorArg<std::decay_t<A>> || ...), "an intercepted op needs a tensor argument");
-  static R call(A... a) {
-    Call c(Op, D, detail::lead_tensor(static_cast<const std::decay_t<A>&>(a)...));
-    if (c.active())
-      detail::bind_all<std::decay_t<A>...>(c, arg_names(Op), std::index_sequence_for<A...>{}, a...);
-    return c.run<R>([&] { return Fn(a...); });
+  static R call(A... a) { return call_with([&] { return Fn(a...); }, a...); }
+
+  // The same with another eager answer of the same outputs (cudnn_batch_norm's, running_stats.h).
+  template <class Eager> static R call_with(Eager&& eager, A... a) {
+    if constexpr (kUpdatesRunningStats<Op>) {
+      if (running_stats_form(a...)) return with_running_stats(eager, a...);
+    }
+    return serve(eager, a...);
+  }
+
+ private:
+  // Binds `a` (the key) and serves a kernel for it, or answers with `eager`.
+  template <class Eager> static R serve(Eager&& eager, const std::decay_t<A>&... a) {
+    Call c(Op, D, detail::lead_tensor(a...));
+    if (c.active()) detail::bind_all<std::decay_t<A>...>(c, arg_names(Op), std::index_sequence_for<A...>{}, a...);
+    return c.run<R>(std::forward<Eager>(eager));
+  }
+
+  // Batch norm in training with running statistics (dispatcher/running_stats.h): keyed and served
+  // as the same call without them (its outputs are the same), with the update done afterwards
+  // when a kernel answered. When eager answers, it runs with the statistics and does the update
+  // itself, exactly as without kernelcraft.
+  template <class Eager> static R with_running_stats(Eager& eager_with_stats, A... a) {
+    bool eager_ran = false;
+    auto eager = [&] { eager_ran = true; return eager_with_stats(); };
+    auto args = std::forward_as_tuple(a...);
+    const std::optional<at::Tensor> none;
+    R r = std::apply([&](const auto& x, const auto& w, const auto& b, const auto&, const auto&, const auto&... rest) {
+      return serve(eager, x, w, b, none, none, rest...);
+    }, args);
+    if (!eager_ran)
+      update_running_stats(std::get<0>(args), *std::get<3>(args), *std::get<4>(args), std::get<1>(r), std::get<2>(r),
+                           std::get<6>(args), std::get<7>(args));
+    return r;
   }
 };
 

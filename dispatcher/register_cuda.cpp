@@ -33,7 +33,8 @@ bool capturing(int device) {
 bool register_cuda(torch::Library& lib, OpId op) {
   cuda_hooks().stream = &current_stream;
   cuda_hooks().capturing = &capturing;
-  return register_one(lib, op);
+  if (!register_one(lib, op)) return false;
+  return op != OpId::kBatchNorm || register_cudnn_batch_norm(lib);
 }
 
 }  // namespace kc::dispatch

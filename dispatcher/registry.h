@@ -10,6 +10,8 @@ namespace kc::dispatch {
 bool register_cpu(torch::Library& lib, OpId op);
 #ifdef KC_WITH_CUDA
 bool register_cuda(torch::Library& lib, OpId op);
+// cudnn_batch_norm's kernel, installed with native_batch_norm's (dispatcher/cudnn_batch_norm.cpp).
+bool register_cudnn_batch_norm(torch::Library& lib);
 #endif
 
 }  // namespace kc::dispatch
