@@ -3,13 +3,19 @@
 // templates_cuda_common.h.
 //
 // A channel c is N planes of HxW contiguous elements, C planes apart. Training (no running
-// statistics: kernelcraft cannot write a call's inputs, so training with them stays eager):
+// statistics: a call with them is served as this one, dispatcher/running_stats.h):
 //   1. kc_bn_stats: P blocks per channel ("bpc"), each a contiguous slice of the channel's
 //      (n, hw) vectors, write its Welford (mean, M2) into scratch "part";
 //   2. kc_bn_finalize: one block per channel combines its P partials in a fixed order (so the
 //      result is deterministic), writes save_mean / save_invstd and the per-channel
 //      (mean, invstd * w, b) into scratch "ss";
 //   3. kc_bn_apply: planes x pieces of ITEMS * NT vectors, y = (x - mean) * a + b.
+//   or, with "fuse" = CL > 0, kc_bn_fused: one launch, a cluster of CL blocks per channel, each
+//   block the statistics of its slice, the cluster's CL partials combined in a fixed order after
+//   a cluster barrier, then the same block normalizes the same slice. The second read of a slice
+//   follows its first closely enough to come from L2 (132 SMs x a slice of up to ~256 KB stays
+//   under the H200's 50 MB), so DRAM sees one read and one write, against two reads for the
+//   three launches when the input is larger than L2.
 // Eval: kc_bn_eval, the same plane pass with (mean, a, b) from the running statistics; the first
 // block of each channel writes save_mean = running_mean and save_invstd (eager's CUDA answer).
 // Vectors need VEC | HxW so one never straddles two planes. Sizes are kernel arguments (64-bit
@@ -52,15 +58,10 @@ __device__ __forceinline__ void kc_plane(T* __restrict__ y, const T* __restrict_
 // The vectors of slice p of P of a channel's TOTV = N * HWV vectors.
 __device__ __forceinline__ long long kc_slice(long long TOTV, int P) { return (TOTV + P - 1) / P; }
 
-extern "C" __global__ void __launch_bounds__(NT) kc_bn_stats(float* __restrict__ part, const T* __restrict__ x,
-                                                             int C, long long HWV, long long TOTV, int P) {
-  __shared__ float sh[96];
-  const int c = blockIdx.x / P, p = blockIdx.x % P;
-  const long long per = kc_slice(TOTV, P);
-  long long i = (long long)p * per;
-  const long long hi = min(TOTV, i + per);
-  KcW a{0.f, 0.f, 0.f};
-  while (i < hi) {   // one plane segment at a time: a division per segment, not per vector
+// The statistics of vectors [i, hi) of channel c, one plane segment at a time.
+__device__ __forceinline__ void kc_bn_slice_stats(KcW& a, const T* __restrict__ x, int c, int C, long long HWV,
+                                                  long long i, long long hi) {
+  while (i < hi) {
     const long long n = i / HWV, j0 = i - n * HWV, j1 = min(HWV, j0 + (hi - i));
     const V* xv = reinterpret_cast<const V*>(x) + (n * C + c) * HWV;
     for (long long j = j0 + threadIdx.x; j < j1; j += NT) {
@@ -70,6 +71,16 @@ extern "C" __global__ void __launch_bounds__(NT) kc_bn_stats(float* __restrict__
     }
     i += j1 - j0;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(NT) kc_bn_stats(float* __restrict__ part, const T* __restrict__ x,
+                                                             int C, long long HWV, long long TOTV, int P) {
+  __shared__ float sh[96];
+  const int c = blockIdx.x / P, p = blockIdx.x % P;
+  const long long per = kc_slice(TOTV, P);
+  const long long lo = (long long)p * per;
+  KcW a{0.f, 0.f, 0.f};
+  kc_bn_slice_stats(a, x, c, C, HWV, lo, min(TOTV, lo + per));
   kc_gwelford(a, sh);
   if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
 }
@@ -96,6 +107,49 @@ extern "C" __global__ void __launch_bounds__(NT) kc_bn_finalize(float* __restric
     ss[3 * c + 2] = HAS_B ? ldp(b[c]) : 0.f;
   }
 }
+
+#if CL > 0
+// Grid: C * CL blocks; the CL blocks of channel c form one cluster.
+extern "C" __global__ void __launch_bounds__(NT) KC_CLUSTER_DIMS kc_bn_fused(T* __restrict__ y,
+    float* __restrict__ mean, float* __restrict__ invstd, float* __restrict__ part, const T* __restrict__ x
+    KC_WB_PARAMS, int C, long long HWV, long long TOTV, float eps) {
+  KC_WB_LOCALS
+  __shared__ float sh[96];
+  const int c = blockIdx.x / CL, p = blockIdx.x % CL;
+  const long long per = kc_slice(TOTV, CL), lo = (long long)p * per, hi = min(TOTV, lo + per);
+  KcW a{0.f, 0.f, 0.f};
+  kc_bn_slice_stats(a, x, c, C, HWV, lo, hi);
+  kc_gwelford(a, sh);
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
+    __threadfence();
+    __cluster_barrier_arrive();   // release: the partials written above are visible after the wait
+    __cluster_barrier_wait();
+    a = KcW{0.f, 0.f, 0.f};   // every block combines the same partials in the same order
+    for (int r = 0; r < CL; ++r) {
+      const long long nv = min(per, max(0LL, TOTV - (long long)r * per));
+      const float* pr = part + 2 * ((long long)c * CL + r);
+      kc_wadd(a, (float)(nv * VEC), __ldcg(pr), __ldcg(pr + 1));
+    }
+  }
+  const float rs = 1.f / sqrtf(fmaxf(a.q / (float)(TOTV * VEC), 0.f) + eps);
+  if (p == 0 && threadIdx.x == 0) { mean[c] = a.m; invstd[c] = rs; }
+  const float m = a.m, A = HAS_W ? rs * ldp(w[c]) : rs, B = HAS_B ? ldp(b[c]) : 0.f;
+  for (long long i = lo; i < hi;) {
+    const long long n = i / HWV, j0 = i - n * HWV, j1 = min(HWV, j0 + (hi - i));
+    const V* xv = reinterpret_cast<const V*>(x) + (n * C + c) * HWV;
+    V* yv = reinterpret_cast<V*>(y) + (n * C + c) * HWV;
+    for (long long j = j0 + threadIdx.x; j < j1; j += NT) {
+      const V v = xv[j];
+      V o;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o.v[e] = st(fmaf(ld(v.v[e]) - m, A, B));
+      yv[j] = o;
+    }
+    i += j1 - j0;
+  }
+}
+#endif
 
 // Grid: N * C planes times Q pieces.
 extern "C" __global__ void __launch_bounds__(NT) kc_bn_apply(T* __restrict__ y, const T* __restrict__ x,
@@ -126,7 +180,7 @@ struct BnGeom {
 bool defined(const TensorMeta* t) { return t && t->defined; }
 
 // The call's geometry; false when this template does not handle it (including training with
-// running statistics, which writes the call's inputs).
+// running statistics, which would write the call's inputs: the dispatcher never keys one).
 bool bn_geometry(const OpCall& c, BnGeom& g) {
   if (c.backend != BackendKind::kCuda || c.op != OpId::kBatchNorm || !c.dense() || c.outputs.size() != 3) return false;
   const TensorMeta* x = c.input("input");
@@ -165,6 +219,20 @@ std::vector<int64_t> bpc_values(const BnGeom& g, int64_t vec) {
   return with_default(v, def);
 }
 
+// Blocks per channel of the fused launch (a cluster; 0: the three launches). Default: the fewest
+// whose slices are at most 256 KB with at least one block per SM; three launches when the
+// channel is over 8 such slices.
+std::vector<int64_t> fuse_values(const BnGeom& g) {
+  const int64_t elems = g.n * g.hw, bytes = elems * static_cast<int64_t>(dtype_size(g.x));
+  std::vector<int64_t> v = {0};
+  for (int64_t p = 1; p <= 8 && g.c * p <= INT_MAX; p *= 2)
+    if (p == 1 || elems / p >= 1024) v.push_back(p);
+  int64_t def = 0;
+  for (int64_t p : v)
+    if (p > 0 && bytes / p <= (int64_t{256} << 10) && g.c * p >= kSms) { def = p; break; }
+  return with_default(v, def);
+}
+
 std::vector<KnobDim> bn_space(const BnGeom& g) {
   std::vector<KnobDim> sp;
   auto vecs = vec_values(g.x, g.hw);
@@ -172,6 +240,7 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
   sp.push_back({"vec", with_default(vecs, vecs.back())});
   sp.push_back({"items", {4, 1, 2, 8}});
   if (g.training) sp.push_back({"bpc", bpc_values(g, vecs.back())});
+  if (g.training) sp.push_back({"fuse", fuse_values(g)});
   return sp;
 }
 
@@ -180,6 +249,8 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
 std::string bn_consts(const BnGeom& g, const Knobs& k) {
   std::string s = "constexpr int NT = " + S(k.at("threads")) + ", G = NT, VEC = " + S(k.at("vec")) +
                   ", ITEMS = " + S(k.at("items")) + ";\n";
+  const int64_t cl = k.count("fuse") ? k.at("fuse") : 0;
+  s += "#define CL " + S(cl) + "\n#define KC_CLUSTER_DIMS" + (cl > 1 ? " __cluster_dims__(CL, 1, 1)\n" : "\n");
   return s + affine_prelude(g.p, g.has_w, g.has_b);
 }
 
@@ -228,6 +299,13 @@ class BatchNormTemplate : public Template {
       a.insert(a.end(), {"ptr:running_mean", "ptr:running_var", "i32:" + C, "i64:" + HWV, "i32:" + Q, "f32:eps"});
       ls.push_back(launch("kc_bn_eval", {grid}, {nt}, a));
       return {ls, json()};
+    }
+    if (const int64_t cl = k.at("fuse"); cl > 0) {
+      std::vector<std::string> a = {"ptr:out0", "ptr:out1", "ptr:out2", "ptr:part", "ptr:input"};
+      a.insert(a.end(), wb.begin(), wb.end());
+      a.insert(a.end(), {"i32:" + C, "i64:" + HWV, "i64:" + TOTV, "f32:eps"});
+      ls.push_back(launch("kc_bn_fused", {C + " * " + S(cl)}, {nt}, a));
+      return {ls, json::array({{{"name", "part"}, {"bytes", C + " * " + S(cl) + " * 8"}}})};
     }
     const std::string P = S(k.at("bpc"));
     ls.push_back(launch("kc_bn_stats", {C + " * " + P}, {nt}, {"ptr:part", "ptr:input", "i32:" + C, "i64:" + HWV, "i64:" + TOTV, "i32:" + P}));

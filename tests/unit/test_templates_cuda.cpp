@@ -226,14 +226,27 @@ TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   OpCall gn_odd = call_of({OpId::kGroupNorm, {2, 8, 5, 5}, DType::kF32, {{"group", 2}}});
   EXPECT_EQ(cuda_template_for(gn_odd)->render(gn_odd, {{"vec", 4}}).status().code(), Code::kUnsupported);
 
-  // Batch norm: training is stats + finalize + apply with scratch; eval one pass writing
-  // save_mean / save_invstd ([C] fp32 on CUDA); training with running stats is eager's.
+  // Batch norm: training is one fused launch (a cluster of blocks per channel) where a channel
+  // is at most 8 slices of 256 KB, else stats + finalize + apply with scratch; eval one pass
+  // writing save_mean / save_invstd ([C] fp32 on CUDA); the key never has running stats in training.
   OpCall bn = call_of({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", true}, {"running", false}}});
   auto br = cuda_template_for(bn)->render(bn, {});
   ASSERT_TRUE(br.is_ok()) << br.status().to_string();
-  EXPECT_EQ(br->launch["launches"].size(), 3u);
-  EXPECT_TRUE(br->launch.contains("scratch"));
-  EXPECT_GE(br->knobs.at("bpc") * 64, 4 * 132);
+  EXPECT_EQ(br->knobs.at("fuse"), 8) << "2 MB channels: 8 blocks of 256 KB";
+  ASSERT_EQ(br->launch["launches"].size(), 1u);
+  EXPECT_NE(br->source.find("__cluster_dims__"), std::string::npos);
+  auto b3 = cuda_template_for(bn)->render(bn, {{"fuse", 0}});
+  ASSERT_TRUE(b3.is_ok()) << b3.status().to_string();
+  EXPECT_EQ(b3->launch["launches"].size(), 3u);
+  EXPECT_TRUE(b3->launch.contains("scratch"));
+  EXPECT_GE(b3->knobs.at("bpc") * 64, 4 * 132);
+  OpCall bn32 = call_of({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kF32, {{"training", true}, {"running", false}}});
+  EXPECT_EQ(cuda_template_for(bn32)->render(bn32, {})->knobs.at("fuse"), 0) << "4 MB channels: three launches";
+  OpCall in = call_of({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, {{"training", true}, {"running", false}, {"affine", false}}});
+  auto ir = cuda_template_for(in)->render(in, {});
+  ASSERT_TRUE(ir.is_ok()) << ir.status().to_string();
+  EXPECT_EQ(ir->knobs.at("fuse"), 1) << "instance norm's 256 KB planes: one block each";
+  EXPECT_EQ(ir->source.find("__cluster_dims__"), std::string::npos);
   OpCall be = call_of({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}});
   ASSERT_EQ(be.outputs[1].numel(), 64);
   EXPECT_EQ(be.outputs[1].dtype, DType::kF32);
