@@ -21,6 +21,9 @@ ReduceKind reduce_kind(OpId op) {
     case OpId::kVarMean: return ReduceKind::kVarMean;
     case OpId::kStdMean: return ReduceKind::kStdMean;
     case OpId::kVectorNorm: return ReduceKind::kNorm;
+    case OpId::kMax: return ReduceKind::kMaxDim;
+    case OpId::kMin: return ReduceKind::kMinDim;
+    case OpId::kProd: return ReduceKind::kProd;
     default: return ReduceKind::kSum;
   }
 }
@@ -104,8 +107,7 @@ Result<ReduceGeom> reduce_geometry(const OpCall& c) {
   int64_t reduced = 1;
   for (size_t d = 0; d < x.sizes.size(); ++d)
     if (g.reduced[d]) reduced *= x.sizes[d];
-  const bool picks = g.kind == ReduceKind::kMax || g.kind == ReduceKind::kMin || g.kind == ReduceKind::kArgMax ||
-                     g.kind == ReduceKind::kArgMin;
+  const bool picks = g.kind == ReduceKind::kMax || g.kind == ReduceKind::kMin || indexed(g.kind);
   if (picks && reduced == 0) return invalid("an empty reduction has no maximum or minimum");
   if (const ScalarArg* a = c.scalar("correction"); a && !std::holds_alternative<std::string>(a->value))
     g.correction = c.double_arg("correction", 1.0);
@@ -134,10 +136,14 @@ ScalarValue number_or_none(const nlohmann::json& args, const char* name) {
 }
 
 // Scalars in schema order: sum/mean (dim, keepdim, dtype), amax/amin (dim, keepdim),
-// argmax/argmin (dim, keepdim), var family (dim, correction, keepdim), norm (ord, dim, keepdim, dtype).
+// argmax/argmin and max/min.dim (dim, keepdim), prod.dim_int (dim, keepdim, dtype), var family
+// (dim, correction, keepdim), norm (ord, dim, keepdim, dtype).
 Status make_reduction(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
   c.inputs = {dense_meta("self", sizes, dt)};
   const ReduceKind k = reduce_kind(op);
+  const bool one_dim = k == ReduceKind::kMaxDim || k == ReduceKind::kMinDim || k == ReduceKind::kProd;
+  if (one_dim && args.contains("dim") && !args["dim"].is_number_integer())
+    return Status::error(Code::kInvalid, std::string(op_info(op).name) + " takes one int dim");
   const bool keep = args.value("keepdim", false);
   const ScalarArg dtype{"dtype", args.value("dtype", std::string("none"))};
   switch (k) {
@@ -146,7 +152,10 @@ Status make_reduction(OpId op, const std::vector<int64_t>& sizes, DType dt, cons
     case ReduceKind::kMax:
     case ReduceKind::kMin: c.scalars = {{"dim", dim_value(args, false)}, {"keepdim", keep}}; break;
     case ReduceKind::kArgMax:
-    case ReduceKind::kArgMin: c.scalars = {{"dim", dim_value(args, true)}, {"keepdim", keep}}; break;
+    case ReduceKind::kArgMin:
+    case ReduceKind::kMaxDim:
+    case ReduceKind::kMinDim: c.scalars = {{"dim", dim_value(args, true)}, {"keepdim", keep}}; break;
+    case ReduceKind::kProd: c.scalars = {{"dim", dim_value(args, true)}, {"keepdim", keep}, dtype}; break;
     case ReduceKind::kNorm: {
       ScalarValue ord = number_or_none(args, "ord");
       if (std::holds_alternative<std::string>(ord)) ord = int64_t{2};
@@ -161,7 +170,8 @@ Status make_reduction(OpId op, const std::vector<int64_t>& sizes, DType dt, cons
 
 bool floating(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16; }
 
-// Output 0's dtype: int64 for argmax / argmin, the requested dtype (sum, mean, norm) or the input's.
+// Output 0's dtype: int64 for argmax / argmin, the requested dtype (sum, mean, norm, prod) or the
+// input's (max / min.dim's values; their indices are output 1, int64).
 Result<DType> out_dtype(const OpCall& c, ReduceKind k) {
   const DType x = c.inputs[0].dtype;
   if (k == ReduceKind::kArgMax || k == ReduceKind::kArgMin) return DType::kI64;
@@ -171,7 +181,8 @@ Result<DType> out_dtype(const OpCall& c, ReduceKind k) {
     if (!d) return Status::error(Code::kUnsupported, "dtype " + want);
     return *d;
   }
-  if (k == ReduceKind::kSum && !floating(x)) return DType::kI64;   // integer sums widen, as in ATen
+  // Integer (and bool) sums and products widen, as in ATen.
+  if ((k == ReduceKind::kSum || k == ReduceKind::kProd) && !floating(x)) return DType::kI64;
   if (!floating(x)) return Status::error(Code::kUnsupported, "a reduction of a non-float input");
   return x;
 }
@@ -184,6 +195,8 @@ Result<std::vector<TensorMeta>> reduction_outputs(const OpCall& c) {
   std::vector<TensorMeta> out = {dense_meta("out0", g->out_sizes, dt.value())};
   if (g->kind == ReduceKind::kVarMean || g->kind == ReduceKind::kStdMean)
     out.push_back(dense_meta("out1", g->out_sizes, dt.value()));
+  if (g->kind == ReduceKind::kMaxDim || g->kind == ReduceKind::kMinDim)
+    out.push_back(dense_meta("out1", g->out_sizes, DType::kI64));
   return out;
 }
 

@@ -1,5 +1,5 @@
 // Reductions (sum, mean, amax, amin, argmax, argmin, var, std, var_mean, std_mean,
-// linalg_vector_norm), torch-free geometry shared by the schema (reduction.cpp), the references
+// linalg_vector_norm, max.dim, min.dim, prod.dim_int), torch-free geometry shared by the schema (reduction.cpp), the references
 // and the templates: which dims a call reduces, with ATen's dim checks, and the lead input as
 // [outer, r, inner] when the reduced dims are one block of adjacent dims.
 #pragma once
@@ -11,8 +11,24 @@
 namespace kc::evolve {
 
 // What a reduction computes per output element; one kind per op, plus the vector norm's order.
-enum class ReduceKind : uint8_t { kSum, kMean, kMax, kMin, kArgMax, kArgMin, kVar, kStd, kVarMean, kStdMean, kNorm };
+// kMaxDim / kMinDim: max.dim / min.dim, the value and its index in one pass; kProd: a product.
+enum class ReduceKind : uint8_t {
+  kSum, kMean, kMax, kMin, kArgMax, kArgMin, kVar, kStd, kVarMean, kStdMean, kNorm, kMaxDim, kMinDim, kProd
+};
 ReduceKind reduce_kind(OpId op);
+
+// Kinds that keep the index of the value they select (argmax / argmin, max.dim / min.dim).
+inline bool indexed(ReduceKind k) {
+  return k == ReduceKind::kArgMax || k == ReduceKind::kArgMin || k == ReduceKind::kMaxDim || k == ReduceKind::kMinDim;
+}
+// Kinds whose best value is the largest (ties: the lowest index; NaN beats every number).
+inline bool selects_max(ReduceKind k) {
+  return k == ReduceKind::kMax || k == ReduceKind::kArgMax || k == ReduceKind::kMaxDim;
+}
+// Kinds that fold a Welford state (count, mean, squared deviations).
+inline bool welford(ReduceKind k) {
+  return k == ReduceKind::kVar || k == ReduceKind::kStd || k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
+}
 
 // The norm's order: p = ord for 0 < ord < inf; max |x| for +inf, min |x| for -inf.
 enum class NormOrd : uint8_t { kP, kInf, kNegInf };
@@ -29,7 +45,8 @@ struct ReduceGeom {
 };
 
 // The geometry of a reduction call, or kInvalid where ATen rejects the call (a dim out of range
-// or repeated, argmax / amax of an empty reduction, a norm order of 0 or below is kUnsupported).
+// or repeated, argmax / amax / max.dim of an empty reduction; prod of one is 1), a norm order of 0
+// or below is kUnsupported.
 Result<ReduceGeom> reduce_geometry(const OpCall& c);
 
 }  // namespace kc::evolve

@@ -1,6 +1,7 @@
 // Reductions, torch half: eager references and the error model. Every output element folds the
 // r inputs it reduces in some order; the model is output-shaped (FamilyReference::whole), from the
-// fp64 magnitudes of those inputs. Max, min and their indices select an input: exact.
+// fp64 magnitudes of those inputs. Max, min and their indices select an input: exact. A product
+// errs relatively (prod_model).
 #include "evolve/ops/reference.h"
 
 #include <cmath>
@@ -11,7 +12,8 @@ namespace kc::evolve {
 namespace {
 
 // Non-finite inputs have one answer in any order: a sum or norm with a NaN (or both infinities)
-// is NaN, max / min / argmax take the (first) NaN, the variance of a row with one is NaN.
+// is NaN, max / min / argmax take the (first) NaN, the variance of a row with one is NaN; a
+// product with a NaN, or with an infinity and a zero, is NaN.
 const std::vector<std::string> kReductionKinds = {"normal", "large", "offset", "extreme", "special"};
 
 at::OptionalIntArrayRef dims_arg(const OpCall& c, std::vector<int64_t>& store) {
@@ -47,6 +49,12 @@ std::vector<at::Tensor> reduction_eager(const OpCall& c, const std::vector<at::T
     case ReduceKind::kMean: return {at::mean(x, dims, keep, dtype_arg(c, x))};
     case ReduceKind::kMax: return {at::amax(x, list, keep)};
     case ReduceKind::kMin: return {at::amin(x, list, keep)};
+    case ReduceKind::kMaxDim:
+    case ReduceKind::kMinDim: {
+      auto r = c.op == OpId::kMax ? at::max(x, c.int_arg("dim", -1), keep) : at::min(x, c.int_arg("dim", -1), keep);
+      return {std::get<0>(r), std::get<1>(r)};
+    }
+    case ReduceKind::kProd: return {at::prod(x, c.int_arg("dim", -1), keep, dtype_arg(c, x))};
     case ReduceKind::kArgMax:
     case ReduceKind::kArgMin: {
       std::optional<int64_t> d;
@@ -82,6 +90,27 @@ at::Tensor fold(const at::Tensor& t, const std::vector<bool>& reduced, bool keep
   return at::sum(t, d, keep);
 }
 
+// The unit the numerics stage scales a model by (error_model.cpp output_eps, without policies).
+double unit_of(DType d) { return d == DType::kF64 ? 2.2e-16 : d == DType::kF32 ? 1.19e-7 : 7.8e-3; }
+
+// A product of n factors, in units of the output's u. Each of the n - 1 multiplications rounds
+// relatively (fp32, or fp64 for an fp64 output) whatever the order, and the store rounds once
+// more: |y| (1 + n u_acc / u), plus half the output dtype's smallest subnormal (a tiny product
+// rounds absolutely). Underflow: every partial product lies in [Q, P], Q and P the products of
+// min(1, |x|) and max(1, |x|); where Q < FLT_MIN some order takes a partial product subnormal
+// or to zero, which loses up to all of its bits, so up to |y| more is allowed there (a result
+// anywhere between 0 and 2|y|). Overflow (P > FLT_MAX while |y| is finite: some order meets inf)
+// shows as inf or NaN, which no tolerance admits: the non-finite check takes it only where eager
+// or the fp64 result has it too, so an order that overflows where eager's does not is flagged.
+at::Tensor prod_model(const at::Tensor& x, const at::Tensor& y, const std::vector<bool>& reduced, bool keep,
+                      double n, DType out) {
+  const double u = unit_of(out), uacc = out == DType::kF64 ? u : 1.19e-7;
+  const double tiny = out == DType::kF64 ? 4.9e-324 : out == DType::kF32 ? 1.4e-45 : out == DType::kF16 ? 6e-8 : 9.2e-41;
+  const at::Tensor log_q = fold(x.abs().clamp_max_(1.0).log_(), reduced, keep).reshape(y.sizes());
+  at::Tensor h = y * (1 + n * uacc / u) + tiny / (2 * u);
+  return h.add_(at::where(log_q < std::log(1.1754943508222875e-38), y / u, at::zeros_like(y)));
+}
+
 // Output j's condition magnitude, output-shaped, fp64; u is the output dtype's unit roundoff.
 // A sum of n terms in fp32 errs by about sqrt(n) ulp of sum |x| in any order; a mean is that / n;
 // a p-norm (sum |x|^p)^(1/p) has that relative error over p, plus one pow rounding per term.
@@ -103,10 +132,13 @@ at::Tensor reduction_whole(const OpCall& c, const std::vector<at::Tensor>& in, s
     case ReduceKind::kNorm:
       if (g->ord != NormOrd::kP) return at::zeros(osz, x.options());
       return (y * ((sq + 2) / g->p)).add_(y).reshape(osz);
+    case ReduceKind::kProd: return prod_model(x, y.reshape(osz), g->reduced, keep, n, c.outputs[j].dtype);
     case ReduceKind::kMax:
     case ReduceKind::kMin:
     case ReduceKind::kArgMax:
-    case ReduceKind::kArgMin: return at::zeros(osz, x.options());
+    case ReduceKind::kArgMin:
+    case ReduceKind::kMaxDim:
+    case ReduceKind::kMinDim: return at::zeros(osz, x.options());
     default: break;
   }
   // The var family; output 1 (var_mean / std_mean) is the mean.

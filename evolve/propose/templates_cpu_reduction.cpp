@@ -1,5 +1,6 @@
 // CPU reduction template (cpu.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
-// var_mean, std_mean and linalg_vector_norm over one block of adjacent dims, fp32.
+// var_mean, std_mean, linalg_vector_norm, max.dim, min.dim and prod.dim_int over one block of
+// adjacent dims, fp32.
 // Part of the CPU op-family templates (overview in templates_cpu.cpp); shared pieces in
 // templates_cpu_common.h.
 //
@@ -7,7 +8,9 @@
 // in order. inner > 1: a block is `cols` adjacent columns of one outer slice, walked along r with
 // one state per column (the inner loop runs across columns, so sums vectorize). Every output is
 // one fold of its inputs in index order, whatever the block partition, so results are
-// deterministic. Sums and Welford states are double; max / min / argmax compare floats.
+// deterministic. Sums, products and Welford states are double (a double product of fp32 factors
+// neither overflows nor underflows where eager's fp32 one does not); max / min / argmax compare
+// floats.
 #include <cstdio>
 
 #include "evolve/ops/reduction.h"
@@ -22,18 +25,27 @@ using nlohmann::json;
 // The fold state (S, kc_init, kc_add, kc_store) of each kind, host C++.
 std::string cpu_state(const ReduceGeom& g) {
   const ReduceKind k = g.kind;
-  if (k == ReduceKind::kArgMax || k == ReduceKind::kArgMin) {
+  if (indexed(k)) {
     // Strict comparison keeps the first of equal values; the first NaN wins and stays.
-    const char* cmp = k == ReduceKind::kArgMax ? ">" : "<";
+    const bool max = selects_max(k);
+    // argmax writes its index through out0; max.dim its value to out0 and its index to out1.
+    const char* store = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin
+                            ? "(void)o1; ((int64_t*)o0)[o] = s->i;"
+                            : "o0[o] = s->v; ((int64_t*)o1)[o] = s->i;";
     return std::string("struct S { float v; int64_t i; };\n"
-                       "static inline S kc_init() { S s; s.v = ") + (k == ReduceKind::kArgMax ? "-INFINITY" : "INFINITY") +
+                       "static inline S kc_init() { S s; s.v = ") + (max ? "-INFINITY" : "INFINITY") +
            "; s.i = -1; return s; }\n"
            "static inline void kc_add(S* s, float v, int64_t j) {\n"
-           "  if (s->i < 0 || (s->v == s->v && (v != v || v " + cmp + " s->v))) { s->v = v; s->i = j; }\n"
+           "  if (s->i < 0 || (s->v == s->v && (v != v || v " + (max ? ">" : "<") + " s->v))) { s->v = v; s->i = j; }\n"
            "}\n"
-           "static inline void kc_store(float* o0, float* o1, int64_t o, const S* s) { (void)o1; ((int64_t*)o0)[o] = s->i; }\n";
+           "static inline void kc_store(float* o0, float* o1, int64_t o, const S* s) { " + store + " }\n";
   }
-  if (k == ReduceKind::kVar || k == ReduceKind::kStd || k == ReduceKind::kVarMean || k == ReduceKind::kStdMean) {
+  if (k == ReduceKind::kProd)
+    return "typedef double S;\n"
+           "static inline S kc_init() { return 1; }\n"
+           "static inline void kc_add(S* s, float v, int64_t j) { (void)j; *s *= v; }\n"
+           "static inline void kc_store(float* o0, float* o1, int64_t o, const S* s) { (void)o1; o0[o] = (float)*s; }\n";
+  if (welford(k)) {
     const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
     const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
     char corr[64];
@@ -132,7 +144,8 @@ class ReductionTemplate : public Template {
     const std::string entry = "kc_cpu_" + opname;
     Args a;
     a.restrict_ptrs = simd;
-    // Argmax writes int64 through out0 (kc_store casts); out1 only for var_mean / std_mean.
+    // Argmax writes int64 through out0, max.dim through out1 (kc_store casts); out1 only for
+    // var_mean / std_mean and max / min.dim.
     a.ptr("float*", "out0", "out0");
     if (c.outputs.size() == 2) a.ptr("float*", "out1", "out1");
     else a.nullptr_decl("float*", "out1");
@@ -159,15 +172,16 @@ class ReductionTemplate : public Template {
 
  private:
   static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-  // fp32 in (and out, int64 for argmax), dense, the reduced dims one block.
+  // fp32 in (and out; int64 for argmax and max / min.dim's indices), dense, the reduced dims one block.
   static bool handles(const OpCall& c, ReduceGeom& g) {
     if (c.backend != BackendKind::kCpu || op_info(c.op).family != OpFamily::kReduction || !c.dense() || c.outputs.empty())
       return false;
     const TensorMeta* x = defined_input(c, "self");
     if (!x || x->dtype != DType::kF32 || x->numel() <= 0) return false;
     const bool arg = c.op == OpId::kArgmax || c.op == OpId::kArgmin;
-    for (const auto& o : c.outputs)
-      if (!o.defined || o.dtype != (arg ? DType::kI64 : DType::kF32)) return false;
+    const bool pair = c.op == OpId::kMax || c.op == OpId::kMin;
+    for (size_t j = 0; j < c.outputs.size(); ++j)
+      if (!c.outputs[j].defined || c.outputs[j].dtype != (arg || (pair && j == 1) ? DType::kI64 : DType::kF32)) return false;
     auto r = reduce_geometry(c);
     if (!r.is_ok() || !r->block || r->outer * r->r * r->inner != x->numel()) return false;
     g = r.value();

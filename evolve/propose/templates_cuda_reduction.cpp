@@ -1,5 +1,6 @@
 // CUDA reduction template (cuda.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
-// var_mean, std_mean and linalg_vector_norm over one block of adjacent dims.
+// var_mean, std_mean, linalg_vector_norm, max.dim, min.dim and prod.dim_int over one block of
+// adjacent dims.
 // Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
 //
 // The input is viewed as [outer, r, inner] (reduction.h). Every op is a fold state S with
@@ -13,8 +14,10 @@
 //   split = SP > 0, for few outputs and long reductions: each of SP blocks folds a chunk of r
 //     and writes its state to scratch; a second launch merges a column's SP states in a fixed
 //     order (a warp per output), so results are deterministic run to run.
-// Accumulation is fp32 for every dtype. Ties of argmax / argmin go to the lowest index and NaN
-// wins, as in eager, whatever the merge order (kc_better compares indices).
+// Accumulation is fp32 for every dtype (products too, as eager's CUDA prod). Ties of argmax /
+// argmin / max.dim / min.dim go to the lowest index and the lowest-index NaN wins, as in eager
+// (ATen's CUDA comparators order equal values and NaNs by index), whatever the merge order
+// (kc_better compares indices).
 #include <climits>
 #include <cstdio>
 
@@ -165,13 +168,14 @@ std::string flit(double v) {
 // The fold state of each kind (device code): S, kc_init, kc_add, kc_merge, kc_shfl, kc_store.
 std::string fold_state(const ReduceGeom& g) {
   const ReduceKind k = g.kind;
-  const bool arg = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin;
-  const bool welford = k == ReduceKind::kVar || k == ReduceKind::kStd || k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
   const bool pick = k == ReduceKind::kMax || k == ReduceKind::kMin || (k == ReduceKind::kNorm && g.ord != NormOrd::kP);
-  if (arg) {
-    const char* cmp = k == ReduceKind::kArgMax ? ">" : "<";
+  if (indexed(k)) {
+    const char* cmp = selects_max(k) ? ">" : "<";
+    // argmax stores the index; max.dim the value (exact: it is an input) and the index.
+    const char* store = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin ? "out0[o] = s.i;"
+                                                                             : "out0[o] = sto(s.v); out1[o] = s.i;";
     return std::string(R"CU(struct S { float v; long long i; };
-__device__ __forceinline__ S kc_init() { return S{)CU") + (k == ReduceKind::kArgMax ? "-KC_INF" : "KC_INF") +
+__device__ __forceinline__ S kc_init() { return S{)CU") + (selects_max(k) ? "-KC_INF" : "KC_INF") +
            R"CU(, 0x7fffffffffffffffLL}; }
 // a (at index ia) beats b: NaN beats numbers, then the better value, then the lower index.
 __device__ __forceinline__ bool kc_better(float a, long long ia, float b, long long ib) {
@@ -184,10 +188,9 @@ __device__ __forceinline__ void kc_merge(S& a, const S& b) { if (kc_better(b.v, 
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.v, o), __shfl_down_sync(0xffffffffu, s.i, o)};
 }
-__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = s.i; }
-)CU";
+__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { )CU" + store + " }\n";
   }
-  if (welford) {
+  if (welford(k)) {
     const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
     const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
     const std::string corr = flit(g.correction);
@@ -227,6 +230,11 @@ __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s)
            "__device__ __forceinline__ void kc_add(S& s, float v, long long) { kc_merge(s, " + w + "); }\n" +
            "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s); }\n";
   }
+  if (k == ReduceKind::kProd)
+    return s + "__device__ __forceinline__ S kc_init() { return 1.f; }\n" +
+           "__device__ __forceinline__ void kc_merge(S& a, const S& b) { a *= b; }\n" +
+           "__device__ __forceinline__ void kc_add(S& s, float v, long long) { s *= v; }\n" +
+           "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s); }\n";
   std::string term = "v", fin = "s";
   if (k == ReduceKind::kMean) fin = "s / " + S(g.r) + ".f";
   if (k == ReduceKind::kNorm) {
@@ -241,16 +249,18 @@ __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s)
          "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(" + fin + "); }\n";
 }
 
+constexpr int64_t kMergeShared = 32768;   // bytes of the column merge's states (one per thread and column)
+
 int64_t state_bytes(ReduceKind k) {
-  if (k == ReduceKind::kArgMax || k == ReduceKind::kArgMin) return 16;
-  if (k == ReduceKind::kVar || k == ReduceKind::kStd || k == ReduceKind::kVarMean || k == ReduceKind::kStdMean) return 12;
+  if (indexed(k)) return 16;
+  if (welford(k)) return 12;
   return 4;
 }
 
 struct RedCall {
   ReduceGeom g;
   DType x = DType::kF32, o = DType::kF32;
-  bool two = false;   // var_mean / std_mean: a second output
+  bool two = false;   // var_mean / std_mean (a second o), max / min.dim (int64 indices): a second output
 };
 
 // The call's geometry; false when this template does not handle it.
@@ -265,10 +275,15 @@ bool red_call(const OpCall& c, RedCall& rc) {
   rc.x = x->dtype;
   rc.o = c.outputs[0].dtype;
   rc.two = c.outputs.size() == 2;
-  const bool arg = rc.g.kind == ReduceKind::kArgMax || rc.g.kind == ReduceKind::kArgMin;
-  if (arg ? rc.o != DType::kI64 : (rc.o != rc.x && rc.o != DType::kF32)) return false;
-  const bool welford = state_bytes(rc.g.kind) == 12;
-  if (welford && rc.g.r > (int64_t{1} << 24)) return false;   // the count is an exact fp32 integer
+  const ReduceKind k = rc.g.kind;
+  if (k == ReduceKind::kArgMax || k == ReduceKind::kArgMin) {
+    if (rc.o != DType::kI64) return false;
+  } else if (k == ReduceKind::kMaxDim || k == ReduceKind::kMinDim) {
+    if (rc.o != rc.x || !rc.two || c.outputs[1].dtype != DType::kI64) return false;
+  } else if (rc.o != rc.x && rc.o != DType::kF32) {
+    return false;
+  }
+  if (welford(k) && rc.g.r > (int64_t{1} << 24)) return false;   // the count is an exact fp32 integer
   return rc.g.outer * rc.g.inner < (int64_t{1} << 40);
 }
 
@@ -297,8 +312,12 @@ std::vector<KnobDim> red_space(const RedCall& rc) {
     // 64 x 16 threads: on the H200 the fastest column setting the var search found at
     // (16, 4096, 1023) (129 us vs 221 us for 32 x 8): more rows in flight per column.
     const int64_t tx = std::clamp<int64_t>(pow2_ceil(g.inner / vb), 8, 64);
+    // Fewer rows where the column merge's states would not fit its shared memory (argmax and
+    // max.dim's 16-byte states at wide vectors: 32 x 32 x 8 x 16 B at (16, 256, 256) bf16).
+    int64_t ty = std::clamp<int64_t>(1024 / tx, 1, 32);
+    while (ty > 1 && tx * ty * vb * state_bytes(g.kind) > kMergeShared) ty /= 2;
     sp.push_back({"tx", with_default({8, 16, 32, 64, 128, 256}, tx)});
-    sp.push_back({"ty", with_default({1, 2, 4, 8, 16, 32}, std::clamp<int64_t>(1024 / tx, 1, 32))});
+    sp.push_back({"ty", with_default({1, 2, 4, 8, 16, 32}, ty)});
     sp.push_back({"vec", with_default(vecs, vb)});
     for (int64_t s : {2, 4, 8, 16, 32, 64, 128, 256, 512})
       if (g.r / s >= 16) splits.push_back(s);
@@ -314,13 +333,17 @@ std::vector<KnobDim> red_space(const RedCall& rc) {
   return sp;
 }
 
-// Output element type OT and sto(); for argmax OT is the int64 index.
+// Output element type OT and sto(); for argmax OT is the int64 index, for max / min.dim the
+// second output is the int64 index.
 std::string out_prelude(const RedCall& rc) {
   std::string s;
   if (rc.o == DType::kI64) s = "typedef long long OT;\n";
   else if (rc.o == DType::kF32) s = "typedef float OT;\n__device__ __forceinline__ OT sto(float v) { return v; }\n";
   else s = "typedef T OT;\n__device__ __forceinline__ OT sto(float v) { return st(v); }\n";
-  s += rc.two ? "#define KC_OUT_PARAMS OT* __restrict__ out0, OT* __restrict__ out1\n#define KC_OUT_ARGS out0, out1\n"
+  const bool pair = rc.g.kind == ReduceKind::kMaxDim || rc.g.kind == ReduceKind::kMinDim;
+  const char* second = pair ? "long long" : "OT";
+  s += rc.two ? std::string("#define KC_OUT_PARAMS OT* __restrict__ out0, ") + second +
+                    "* __restrict__ out1\n#define KC_OUT_ARGS out0, out1\n"
               : "#define KC_OUT_PARAMS OT* __restrict__ out0\n#define KC_OUT_ARGS out0\n";
   return s;
 }
@@ -354,7 +377,7 @@ class ReductionTemplate : public Template {
     } else {
       tx = k["tx"], ty = k["ty"], vb = k["vec"];
       if (tx * ty > 1024 || tx * ty < 32) return unsupported("block of " + S(tx * ty) + " threads");
-      if (tx * ty * vb * state_bytes(g.kind) > 32768) return unsupported("shared memory of the column merge");
+      if (tx * ty * vb * state_bytes(g.kind) > kMergeShared) return unsupported("shared memory of the column merge");
       if (cdiv(g.inner, tx * vb) * g.outer > INT_MAX) return unsupported("too many column tiles for one grid");
     }
     consts = "constexpr int G = " + S(g_threads) + ", RPB = " + S(rpb) + ", VEC = " + S(vec) + ", TX = " + S(tx) +

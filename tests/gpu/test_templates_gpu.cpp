@@ -555,18 +555,22 @@ TEST_F(Gpu, Scan) {
 }
 
 // Reductions: rows (odd and vector lengths), columns (odd inner), few outputs (split by default),
-// every dim, keepdim over two dims, each dtype; the inputs hold ties, offsets, NaN and infinities.
+// every dim, keepdim over two dims, each dtype; the inputs hold ties, offsets, NaN and infinities
+// (prod: factors near 1, a zero and a NaN; template_gpu_reference.cpp).
 TEST_F(Gpu, Reduction) {
   std::vector<Case> cs;
   for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
-                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm}) {
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm, OpId::kMax, OpId::kMin, OpId::kProd}) {
     cs.push_back({op, {4096, 1023}, DType::kF32, {{"dim", -1}}, 2, {{{"threads", 32}, {"rows", 8}}}});
     cs.push_back({op, {64, 4096}, DType::kBF16, {{"dim", 1}}, 2, {{{"split", 4}, {"threads", 128}}}});
     cs.push_back({op, {16, 512, 255}, DType::kF32, {{"dim", 1}}, 2, {{{"tx", 8}, {"ty", 32}, {"unroll", 8}}}});
     cs.push_back({op, {512, 64, 64}, DType::kF32, {{"dim", 0}}, 2, {{{"split", 0}}, {{"split", 64}, {"vec", 4}}}});
     cs.push_back({op, {1000, 16}, DType::kBF16, {{"dim", 0}}, 2});
     cs.push_back({op, {5, 3, 17}, DType::kF16, {{"dim", 1}}, 1});
-    if (op == OpId::kArgmax || op == OpId::kArgmin) {
+    if (op == OpId::kMax || op == OpId::kMin || op == OpId::kProd) {   // one int dim; KernelBench's shape
+      cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", 0}}, 1});
+      cs.push_back({op, {16, 256, 256}, DType::kF32, {{"dim", 1}, {"keepdim", true}}, 2});
+    } else if (op == OpId::kArgmax || op == OpId::kArgmin) {
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", "none"}}, 1});
     } else {
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", "none"}}, 1, {{{"split", 0}}}});
@@ -574,6 +578,7 @@ TEST_F(Gpu, Reduction) {
     }
   }
   cs.push_back({OpId::kMean, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
+  cs.push_back({OpId::kProd, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
   for (const json& ord : {json(1), json(3), json(INFINITY), json(-INFINITY)})
     cs.push_back({OpId::kVectorNorm, {300, 700}, DType::kF32, {{"dim", 1}, {"ord", ord}}, 2});
   cs.push_back({OpId::kVar, {64, 1000}, DType::kF32, {{"dim", 1}, {"correction", 0}}, 2});

@@ -68,6 +68,7 @@ def test_new_activation_and_norm_backward_identical_to_eager(fresh_cache):
         h = F.mish(F.group_norm(h, 3)) + torch.cumsum(t, dim=-1) * 1e-2
         h = F.avg_pool2d(F.max_pool2d(h, 2), 2, ceil_mode=True)
         r = t.sum(-1) + t.mean(-1) + t.amax(-1) + t.var(-1) + torch.linalg.vector_norm(t, dim=-1)
+        r = r + t.max(-1).values - t.min(-1)[0] + t.prod(-1) * 1e-3
         return h + (torch.std_mean(r, dim=(1, 2), keepdim=True)[0].sum() + t.mean(1).sum()) * 1e-3
 
     def grad():
@@ -80,7 +81,8 @@ def test_new_activation_and_norm_backward_identical_to_eager(fresh_cache):
     s = status()
     for op in ["leaky_relu_backward", "elu_backward", "hardtanh_backward", "hardsigmoid_backward",
                "hardswish_backward", "softplus_backward", "mish_backward", "group_norm", "cumsum",
-               "max_pool2d", "avg_pool2d", "sum", "mean", "amax", "var", "vector_norm", "std_mean"]:
+               "max_pool2d", "avg_pool2d", "sum", "mean", "amax", "var", "vector_norm", "std_mean", "max", "min",
+               "prod"]:
         assert s["ops"][op]["misses"] >= 1, op
     kc.disable()
     ref_out, ref_g = grad()

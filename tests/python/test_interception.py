@@ -76,6 +76,12 @@ FORWARD = {
     "norm2": lambda x: torch.linalg.vector_norm(x, dim=-1),
     "norm_inf": lambda x: torch.linalg.vector_norm(x, float("inf")) if x.numel() else x,
     "norm3": lambda x: torch.linalg.vector_norm(x, 3, dim=0),
+    # max.dim / min.dim (values and indices, NaN and ties as eager) and prod.dim_int
+    "max_dim": lambda x: x.max(-1).values,
+    "max_dim_indices": lambda x: x.max(-1, keepdim=True).indices,
+    "min_dim0": lambda x: torch.stack([t.to(torch.float64) for t in x.min(0)]) if x.numel() else x,
+    "prod": lambda x: x.prod(-1),
+    "prod_dim0_f64": lambda x: x.prod(0, dtype=torch.float64),
     # 1d adaptive pooling reaches _adaptive_avg_pool2d (a 1x1 output would be a mean instead)
     "adaptive_avg_pool": lambda x: F.adaptive_avg_pool1d(x, 5) if x.dim() == 2 and x.shape[0] else x,
     # Losses: each reduction, weights, ignored targets (every fifth), nll over (N, C) and as 2d.

@@ -1,8 +1,9 @@
 // The reduction family's reference for the template tests (CPU: template_cpu_reference_reduction.cpp,
 // GPU: tests/gpu/template_gpu_reference.cpp): each output folds its r inputs (the [outer, r, inner]
 // view of reduce_geometry) in double, straight from the definition. Max / min values and argmax /
-// argmin indices are exact (first index on ties, the first NaN wins); a sum's scale is its
-// magnitude, the variance's that of its deviations (the mean's error cancels to first order).
+// argmin / max.dim / min.dim indices are exact (first index on ties, the first NaN wins); a sum's
+// scale is its magnitude, the variance's that of its deviations (the mean's error cancels to first
+// order), a product's its own magnitude grown by sqrt(r) fp32 roundings (relative errors compound).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -13,21 +14,22 @@
 
 namespace kc::evolve::red_ref {
 
-// One output's reference and error scale; mean / mean_scale: var_mean / std_mean's output 1.
+// One output's reference and error scale; out1 / out1_scale: output 1 (var_mean / std_mean's
+// mean, max / min.dim's index).
 struct Out {
-  double ref = 0, scale = 0, mean = 0, mean_scale = 0;
+  double ref = 0, scale = 0, out1 = 0, out1_scale = 0;
 };
 
 // Output o of `g` from x (any container of values indexable by int64).
 template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double unit) {
   const int64_t base = (o / g.inner) * g.r * g.inner + o % g.inner;
-  const bool want_max = g.kind == ReduceKind::kMax || g.kind == ReduceKind::kArgMax ||
-                        (g.kind == ReduceKind::kNorm && g.ord == NormOrd::kInf);
-  double sum = 0, abs = 0, pw = 0, best = 0;
+  const bool want_max = selects_max(g.kind) || (g.kind == ReduceKind::kNorm && g.ord == NormOrd::kInf);
+  double sum = 0, abs = 0, pw = 0, best = 0, prod = 1;
   int64_t at = -1;
   for (int64_t l = 0; l < g.r; ++l) {
     double v = x[base + l * g.inner];
     sum += v;
+    prod *= v;
     abs += std::fabs(v);
     if (g.kind == ReduceKind::kNorm) {
       v = std::fabs(v);
@@ -38,13 +40,14 @@ template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double u
   const double n = static_cast<double>(g.r), mean = sum / n;
   Out r;
   // Welford's mean (var_mean / std_mean) turns NaN once it meets an infinity, wherever it sits.
-  const bool welford = g.kind == ReduceKind::kVar || g.kind == ReduceKind::kStd || g.kind == ReduceKind::kVarMean ||
-                       g.kind == ReduceKind::kStdMean;
-  r.mean = welford && !std::isfinite(sum) ? NAN : mean;
-  r.mean_scale = abs / n + std::fabs(mean);
+  r.out1 = welford(g.kind) && !std::isfinite(sum) ? NAN : mean;
+  r.out1_scale = abs / n + std::fabs(mean);
   switch (g.kind) {
     case ReduceKind::kSum: r.ref = sum, r.scale = abs + std::fabs(sum); return r;
-    case ReduceKind::kMean: r.ref = mean, r.scale = r.mean_scale; return r;
+    case ReduceKind::kMean: r.ref = mean, r.scale = r.out1_scale; return r;
+    case ReduceKind::kProd: r.ref = prod, r.scale = std::fabs(prod) * (1 + std::sqrt(n) * 1.19e-7 / unit); return r;
+    case ReduceKind::kMaxDim:
+    case ReduceKind::kMinDim: r.ref = best, r.out1 = static_cast<double>(at), r.out1_scale = 0; return r;
     case ReduceKind::kMax:
     case ReduceKind::kMin: r.ref = best; return r;
     case ReduceKind::kArgMax:

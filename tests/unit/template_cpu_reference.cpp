@@ -374,7 +374,7 @@ void reduction(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
   for (int64_t o = 0; o < g.outer * g.inner; ++o) {
     const red_ref::Out r = red_ref::fold(g, x, o, FLT_EPSILON);
     out[0].ref[o] = r.ref, out[0].scale[o] = r.scale;
-    if (out.size() > 1) out[1].ref[o] = r.mean, out[1].scale[o] = r.mean_scale;
+    if (out.size() > 1) out[1].ref[o] = r.out1, out[1].scale[o] = r.out1_scale;
   }
 }
 

@@ -119,7 +119,7 @@ std::vector<Case> cases() {
   // Reductions: rows, columns (odd inner: scalar loads), few outputs (split), all dims, each
   // dtype, an fp32 result of bf16, and every op's fold state.
   for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
-                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm}) {
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm, OpId::kMax, OpId::kMin, OpId::kProd}) {
     v.push_back({op, {128, 4096, 4095}, DType::kF32, {{"dim", 1}}, 4});
     v.push_back({op, {4096, 4095}, DType::kF32, {{"dim", -1}}, 4});
     v.push_back({op, {1 << 20, 16}, DType::kBF16, {{"dim", 0}}, 3});
@@ -130,6 +130,11 @@ std::vector<Case> cases() {
   v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kF32, {{"dim", "none"}, {"ord", INFINITY}}, 3});
   v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kBF16, {{"dim", 1}, {"ord", 3}}, 3});
   v.push_back({OpId::kArgmax, {16, 1024}, DType::kF32, {{"dim", "none"}}, 3});
+  v.push_back({OpId::kProd, {64, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 3});
+  // Wide columns at 16-byte (argmax, max.dim) and 12-byte (var) states: the default rows fit the merge.
+  v.push_back({OpId::kMax, {16, 256, 256}, DType::kBF16, {{"dim", 1}, {"keepdim", true}}, 3});
+  v.push_back({OpId::kArgmax, {16, 256, 256}, DType::kBF16, {{"dim", 1}}, 2});
+  v.push_back({OpId::kVar, {16, 256, 256}, DType::kF32, {{"dim", 1}}, 2});
   // Losses: each reduction (none: one map launch; mean / sum: fused partials and a final launch,
   // or one block), weights, ignore_index, 1d nll and nll2d, halves, the 64 MiB mean.
   for (int64_t r : {0, 1, 2}) {
