@@ -37,6 +37,7 @@ RowLayout layer_norm_layout(const OpCall& c, const std::vector<at::Tensor>&, siz
   l.dim = -1;
   l.stat = c.op == OpId::kLayerNorm && j > 0;
   l.col = c.op == OpId::kLayerNormBackward && j > 0;
+  l.rounds_once = true;   // fp32 arithmetic (CUDA eager's accumulate type), each half output rounded once
   return l;
 }
 

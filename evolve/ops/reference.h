@@ -18,6 +18,9 @@ struct RowLayout {
   bool model = false;
   int64_t dim = 0, k = 1;    // the lead input's reduced axis (-1: the flattened trailing k)
   bool stat = false, col = false;
+  // The output is computed in fp32 and rounded once to its dtype: a bf16 / f16 output's budget is
+  // the fp32 model plus that one rounding, not the model in the output's precision.
+  bool rounds_once = false;
 };
 
 // How an input is cut into chunks of rows for the error model.

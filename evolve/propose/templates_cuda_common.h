@@ -31,11 +31,11 @@ inline std::string S(int64_t v) { return std::to_string(v); }
 
 // `body` with its entry placeholder KC_ENTRY replaced by the entry's name, so the rendered source
 // names its entry literally.
-inline std::string with_entry(const char* body, const std::string& entry) {
-  std::string s = body;
-  for (size_t p; (p = s.find("KC_ENTRY")) != std::string::npos;) s.replace(p, 8, entry);
+inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
   return s;
 }
+inline std::string with_entry(const char* body, const std::string& entry) { return replace_all(body, "KC_ENTRY", entry); }
 
 inline bool elem_dtype(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
@@ -280,10 +280,11 @@ inline std::string affine_prelude(DType p, bool has_w, bool has_b) {
 
 inline const std::vector<int64_t> kSplits = {33, 66, 132, 264, 528, 1056};
 
-// Number of rows M and row length N of a layer norm call (forward: input + normalized_shape).
+// Number of rows M and row length N of a layer norm call (forward: input + normalized_shape), whose
+// input is f32, bf16 or f16.
 inline bool ln_geometry(const OpCall& c, int64_t& M, int64_t& N) {
   const TensorMeta* x = c.input("input");
-  if (!tensor_ok(x, DType::kF32)) return false;
+  if (!x || !x->defined || !elem_dtype(x->dtype)) return false;
   auto ns = c.list_arg("normalized_shape");
   const int64_t nd = static_cast<int64_t>(x->sizes.size());
   if (ns.empty() || static_cast<int64_t>(ns.size()) > nd) return false;
@@ -297,8 +298,9 @@ inline bool ln_geometry(const OpCall& c, int64_t& M, int64_t& N) {
   return N <= INT_MAX / 2 && M <= INT_MAX;
 }
 
-inline bool ln_param_ok(const TensorMeta* t, int64_t N) {
-  return !t || !t->defined || (t->dtype == DType::kF32 && t->numel() == N);
+// An absent parameter, or N elements of the input's dtype (CUDA eager refuses mixed parameters).
+inline bool ln_param_ok(const TensorMeta* t, int64_t N, DType dt) {
+  return !t || !t->defined || (t->dtype == dt && t->numel() == N);
 }
 
 // Split knob values worth trying: chunks of at least 1024 elements, at most 2^31 blocks.
@@ -314,14 +316,38 @@ inline std::vector<int64_t> split_values(int64_t M, int64_t N) {
   return with_default(v, def);
 }
 
-// Parameter lists for optional tensors: the launch spec may only name defined ones.
-inline std::string opt_params(const std::vector<std::pair<std::string, bool>>& ps, const char* macro, const char* locals) {
+// Parameter lists for optional tensors of element type `elem`: the launch spec may only name
+// defined ones.
+inline std::string opt_params(const std::vector<std::pair<std::string, bool>>& ps, const char* macro, const char* locals,
+                              const std::string& elem = "float") {
   std::string params = "#define " + std::string(macro), loc = "#define " + std::string(locals);
   for (const auto& [n, on] : ps) {
-    if (on) params += " , const float* __restrict__ " + n;
-    else loc += " const float* " + n + " = nullptr; (void)" + n + ";";
+    if (on) params += " , const " + elem + "* __restrict__ " + n;
+    else loc += " const " + elem + "* " + n + " = nullptr; (void)" + n + ";";
   }
   return params + "\n" + loc + "\n";
+}
+
+// The layer norm bodies name their element type KC_ELEM and its VEC-wide vector KC_VECT: float and
+// V for f32, which renders the fp32 sources byte for byte as before the halves (their digests
+// hold), and for bf16 / f16 KcE, a 16-bit word that reads as float (ld) and rounds to nearest even
+// when a float is stored into it (st), so the arithmetic stays fp32 and every output rounds once.
+inline const char* ln_elem(DType d) { return d == DType::kF32 ? "float" : "KcE"; }
+
+inline std::string ln_body(const char* body, DType d) {
+  return replace_all(replace_all(body, "KC_ELEM", ln_elem(d)), "KC_VECT", d == DType::kF32 ? "V" : "KcVE");
+}
+
+// KcE and KcVE for halves (after dtype_prelude and row_consts: ld, st, VEC); nothing for f32.
+inline std::string ln_elem_prelude(DType d) {
+  if (d == DType::kF32) return "";
+  return R"CU(struct KcE {
+  T u;
+  __device__ __forceinline__ operator float() const { return ld(u); }
+  __device__ __forceinline__ KcE& operator=(float f) { u = st(f); return *this; }
+};
+struct alignas(sizeof(KcE) * VEC) KcVE { KcE v[VEC]; };
+)CU";
 }
 
 }  // namespace kc::evolve::cuda_tpl

@@ -13,11 +13,12 @@ using nlohmann::json;
 // (warp or block) per row; split = S > 0: every row is cut into S chunks, launch 1 writes each
 // chunk's (mean, M2) into scratch, launch 2 has every block combine its row's partials (Chan,
 // fixed order, so all blocks of a row agree bit for bit), normalise its chunk, and the chunk-0
-// block writes mean and rstd.
+// block writes mean and rstd. Inputs f32, bf16 or f16 (weight and bias in the input's dtype, as
+// CUDA eager requires), vectors of up to 8 halves (16 bytes), fp32 arithmetic and statistics.
 
 
 const char* kLnBody = R"CU(
-__device__ __forceinline__ void kc_vstats(const V& v, float& vm, float& vq) {
+__device__ __forceinline__ void kc_vstats(const KC_VECT& v, float& vm, float& vq) {
   float s = 0.f;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) s += v.v[e];
@@ -26,10 +27,10 @@ __device__ __forceinline__ void kc_vstats(const V& v, float& vm, float& vq) {
 #pragma unroll
   for (int e = 0; e < VEC; ++e) { const float d = v.v[e] - vm; vq += d * d; }
 }
-__device__ __forceinline__ V kc_norm(const V& v, int i, float mu, float rs, const float* w, const float* b) {
-  V wv{}, bv{}, o;
-  if constexpr (HAS_W) wv = reinterpret_cast<const V*>(w)[i];
-  if constexpr (HAS_B) bv = reinterpret_cast<const V*>(b)[i];
+__device__ __forceinline__ KC_VECT kc_norm(const KC_VECT& v, int i, float mu, float rs, const KC_ELEM* w, const KC_ELEM* b) {
+  KC_VECT wv{}, bv{}, o;
+  if constexpr (HAS_W) wv = reinterpret_cast<const KC_VECT*>(w)[i];
+  if constexpr (HAS_B) bv = reinterpret_cast<const KC_VECT*>(b)[i];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     float r = (v.v[e] - mu) * rs;
@@ -41,22 +42,22 @@ __device__ __forceinline__ V kc_norm(const V& v, int i, float mu, float rs, cons
 }
 __device__ __forceinline__ int kc_chunk(int N, int S) { return ((N + S - 1) / S + VEC - 1) / VEC * VEC; }
 
-extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm(float* __restrict__ y, float* __restrict__ mean,
-    float* __restrict__ rstd, const float* __restrict__ x KC_WB_PARAMS, long long M, int N, float eps) {
+extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm(KC_ELEM* __restrict__ y, float* __restrict__ mean,
+    float* __restrict__ rstd, const KC_ELEM* __restrict__ x KC_WB_PARAMS, long long M, int N, float eps) {
   KC_WB_LOCALS
   __shared__ float sh[96];
   const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
   const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
   if (row >= M) return;   // whole warps only (G == 32); a block row always exists
-  const V* xv = reinterpret_cast<const V*>(x + row * N);
-  V* yv = reinterpret_cast<V*>(y + row * N);
+  const KC_VECT* xv = reinterpret_cast<const KC_VECT*>(x + row * N);
+  KC_VECT* yv = reinterpret_cast<KC_VECT*>(y + row * N);
   const int nv = N / VEC;
   const float fN = (float)N;
   float mu, rs;
   if constexpr (ITEMS > 0) {
     // Corrected two-pass from registers: mean, then the deviations' sum (fixes the mean's rounding)
     // and squares.
-    V r[ITEMS > 0 ? ITEMS : 1];
+    KC_VECT r[ITEMS > 0 ? ITEMS : 1];
     float s = 0.f;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
@@ -99,14 +100,14 @@ extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm(float* __restrict
   if (t == 0) { mean[row] = mu; rstd[row] = rs; }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_part(float* __restrict__ part, const float* __restrict__ x,
+extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_part(float* __restrict__ part, const KC_ELEM* __restrict__ x,
                                                                     long long M, int N, int S) {
   __shared__ float sh[96];
   const long long row = blockIdx.x / S;
   const int c = blockIdx.x % S;
   const long long C = kc_chunk(N, S);
   const long long lo = c * C, hi = min((long long)N, lo + C);
-  const V* xv = reinterpret_cast<const V*>(x + row * N);
+  const KC_VECT* xv = reinterpret_cast<const KC_VECT*>(x + row * N);
   KcW a{0.f, 0.f, 0.f};
   for (long long i = lo / VEC + threadIdx.x; i < hi / VEC; i += NT) {
     float vm, vq;
@@ -117,8 +118,8 @@ extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_part(float* __res
   if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_apply(float* __restrict__ y, float* __restrict__ mean,
-    float* __restrict__ rstd, const float* __restrict__ x KC_WB_PARAMS, const float* __restrict__ part, long long M,
+extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_apply(KC_ELEM* __restrict__ y, float* __restrict__ mean,
+    float* __restrict__ rstd, const KC_ELEM* __restrict__ x KC_WB_PARAMS, const float* __restrict__ part, long long M,
     int N, int S, float eps) {
   KC_WB_LOCALS
   __shared__ float sh[96];
@@ -135,8 +136,8 @@ extern "C" __global__ void __launch_bounds__(NT) kc_layer_norm_apply(float* __re
   kc_gwelford(a, sh);
   const float mu = a.m, rs = 1.f / sqrtf(fmaxf(a.q / (float)N, 0.f) + eps);
   if (c == 0 && threadIdx.x == 0) { mean[row] = mu; rstd[row] = rs; }
-  const V* xv = reinterpret_cast<const V*>(x + row * N);
-  V* yv = reinterpret_cast<V*>(y + row * N);
+  const KC_VECT* xv = reinterpret_cast<const KC_VECT*>(x + row * N);
+  KC_VECT* yv = reinterpret_cast<KC_VECT*>(y + row * N);
   for (long long i = lo / VEC + threadIdx.x; i < hi / VEC; i += NT) yv[i] = kc_norm(xv[i], (int)i, mu, rs, w, b);
 }
 )CU";
@@ -150,7 +151,7 @@ class LayerNormTemplate : public Template {
     int64_t M, N;
     if (!handles(c, M, N)) return {};
     std::vector<KnobDim> sp;
-    row_space(sp, DType::kF32, N, true);
+    row_space(sp, c.input("input")->dtype, N, true);
     auto splits = split_values(M, N);
     if (splits.front() != 0) sp[0].values = with_default(sp[0].values, 256);   // block of the split kernels
     sp.push_back({"split", splits});
@@ -174,10 +175,12 @@ class LayerNormTemplate : public Template {
     if (!gr.is_ok()) return gr.status();
     RowGeom r = gr.value();
     const bool hw = defined(c.input("weight")), hb = defined(c.input("bias"));
-    std::string src = "// kernelcraft cuda.layer_norm f32\n" + dtype_prelude(DType::kF32) + row_consts(r) +
-                      "constexpr bool HAS_W = " + (hw ? "true" : "false") + ", HAS_B = " + (hb ? "true" : "false") +
-                      ";\n" + opt_params({{"w", hw}, {"b", hb}}, "KC_WB_PARAMS", "KC_WB_LOCALS") + kGroupHelpers +
-                      kLnBody;
+    const DType dt = c.input("input")->dtype;
+    std::string src = "// kernelcraft cuda.layer_norm " + std::string(dtype_name(dt)) + "\n" + dtype_prelude(dt) +
+                      row_consts(r) + "constexpr bool HAS_W = " + (hw ? "true" : "false") +
+                      ", HAS_B = " + (hb ? "true" : "false") + ";\n" +
+                      opt_params({{"w", hw}, {"b", hb}}, "KC_WB_PARAMS", "KC_WB_LOCALS", ln_elem(dt)) + kGroupHelpers +
+                      ln_elem_prelude(dt) + ln_body(kLnBody, dt);
     const std::string Ms = "numel(out1)", Ns = "numel(input) / numel(out1)";
     std::vector<std::string> wb;
     if (hw) wb.push_back("ptr:weight");
@@ -208,10 +211,11 @@ class LayerNormTemplate : public Template {
   bool handles(const OpCall& c, int64_t& M, int64_t& N) const {
     if (c.backend != BackendKind::kCuda || c.op != OpId::kLayerNorm || !c.dense()) return false;
     if (!ln_geometry(c, M, N)) return false;
-    if (!ln_param_ok(c.input("weight"), N) || !ln_param_ok(c.input("bias"), N)) return false;
-    if (c.outputs.size() != 3) return false;
     const TensorMeta* x = c.input("input");
-    if (!c.outputs[0].defined || c.outputs[0].dtype != DType::kF32 || c.outputs[0].sizes != x->sizes) return false;
+    if (!ln_param_ok(c.input("weight"), N, x->dtype) || !ln_param_ok(c.input("bias"), N, x->dtype)) return false;
+    if (c.outputs.size() != 3) return false;
+    // out0 in the input's dtype, mean and rstd in fp32 (CUDA's accumulate type for all three).
+    if (!c.outputs[0].defined || c.outputs[0].dtype != x->dtype || c.outputs[0].sizes != x->sizes) return false;
     for (int i = 1; i < 3; ++i)
       if (!c.outputs[i].defined || c.outputs[i].dtype != DType::kF32 || c.outputs[i].numel() != M) return false;
     return true;

@@ -13,12 +13,14 @@ using nlohmann::json;
 // by row groups or split rows (partial sums in scratch, then every block of a row adds them in
 // the same order). grad_weight / grad_bias: column sums over rows, by blocks of 32 x col_ty
 // threads, each over a range of rows (col_split ranges; partials in scratch and a finishing launch
-// that adds them in order when col_split > 1). Deterministic: no atomics.
+// that adds them in order when col_split > 1). Deterministic: no atomics. bf16 / f16 calls (fp32
+// mean and rstd, parameters and grads in the input's dtype, as CUDA eager) read and write halves
+// but sum in fp32, partials included, and round each output once.
 
 const char* kLnBackBody = R"CU(
-__device__ __forceinline__ void kc_acc(const V& g, const V& x, int i, float mu, float rs, const float* w, float& a, float& b) {
-  V wv{};
-  if constexpr (HAS_W) wv = reinterpret_cast<const V*>(w)[i];
+__device__ __forceinline__ void kc_acc(const KC_VECT& g, const KC_VECT& x, int i, float mu, float rs, const KC_ELEM* w, float& a, float& b) {
+  KC_VECT wv{};
+  if constexpr (HAS_W) wv = reinterpret_cast<const KC_VECT*>(w)[i];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     const float wg = HAS_W ? g.v[e] * wv.v[e] : g.v[e];
@@ -26,9 +28,9 @@ __device__ __forceinline__ void kc_acc(const V& g, const V& x, int i, float mu, 
     b += wg * ((x.v[e] - mu) * rs);
   }
 }
-__device__ __forceinline__ V kc_gi(const V& g, const V& x, int i, float mu, float rs, const float* w, float a, float b, float fN) {
-  V wv{}, o;
-  if constexpr (HAS_W) wv = reinterpret_cast<const V*>(w)[i];
+__device__ __forceinline__ KC_VECT kc_gi(const KC_VECT& g, const KC_VECT& x, int i, float mu, float rs, const KC_ELEM* w, float a, float b, float fN) {
+  KC_VECT wv{}, o;
+  if constexpr (HAS_W) wv = reinterpret_cast<const KC_VECT*>(w)[i];
   const float term1 = (1.f / fN) * rs;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
@@ -42,21 +44,21 @@ __device__ __forceinline__ V kc_gi(const V& g, const V& x, int i, float mu, floa
 __device__ __forceinline__ int kc_chunk(int N, int S) { return ((N + S - 1) / S + VEC - 1) / VEC * VEC; }
 
 #if KC_GI
-extern "C" __global__ void __launch_bounds__(NT) kc_lnb_rows(float* __restrict__ gi, const float* __restrict__ g,
-    const float* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd KC_W_PARAMS, long long M, int N) {
+extern "C" __global__ void __launch_bounds__(NT) kc_lnb_rows(KC_ELEM* __restrict__ gi, const KC_ELEM* __restrict__ g,
+    const KC_ELEM* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd KC_W_PARAMS, long long M, int N) {
   KC_W_LOCALS
   __shared__ float sh[64];
   const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
   const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
   if (row >= M) return;   // whole warps only (G == 32); a block row always exists
   const float mu = mean[row], rs = rstd[row], fN = (float)N;
-  const V* gv = reinterpret_cast<const V*>(g + row * N);
-  const V* xv = reinterpret_cast<const V*>(x + row * N);
-  V* ov = reinterpret_cast<V*>(gi + row * N);
+  const KC_VECT* gv = reinterpret_cast<const KC_VECT*>(g + row * N);
+  const KC_VECT* xv = reinterpret_cast<const KC_VECT*>(x + row * N);
+  KC_VECT* ov = reinterpret_cast<KC_VECT*>(gi + row * N);
   const int nv = N / VEC;
   float a = 0.f, b = 0.f;
   if constexpr (ITEMS > 0) {
-    V rg[ITEMS > 0 ? ITEMS : 1], rx[ITEMS > 0 ? ITEMS : 1];
+    KC_VECT rg[ITEMS > 0 ? ITEMS : 1], rx[ITEMS > 0 ? ITEMS : 1];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
       const int i = k * G + t;
@@ -75,8 +77,8 @@ extern "C" __global__ void __launch_bounds__(NT) kc_lnb_rows(float* __restrict__
   }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) kc_lnb_part(float* __restrict__ part, const float* __restrict__ g,
-    const float* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd KC_W_PARAMS, long long M,
+extern "C" __global__ void __launch_bounds__(NT) kc_lnb_part(float* __restrict__ part, const KC_ELEM* __restrict__ g,
+    const KC_ELEM* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd KC_W_PARAMS, long long M,
     int N, int S) {
   KC_W_LOCALS
   __shared__ float sh[64];
@@ -85,16 +87,16 @@ extern "C" __global__ void __launch_bounds__(NT) kc_lnb_part(float* __restrict__
   const long long C = kc_chunk(N, S);
   const long long lo = c * C, hi = min((long long)N, lo + C);
   const float mu = mean[row], rs = rstd[row];
-  const V* gv = reinterpret_cast<const V*>(g + row * N);
-  const V* xv = reinterpret_cast<const V*>(x + row * N);
+  const KC_VECT* gv = reinterpret_cast<const KC_VECT*>(g + row * N);
+  const KC_VECT* xv = reinterpret_cast<const KC_VECT*>(x + row * N);
   float a = 0.f, b = 0.f;
   for (long long i = lo / VEC + threadIdx.x; i < hi / VEC; i += NT) kc_acc(gv[i], xv[i], (int)i, mu, rs, w, a, b);
   kc_gsum2(a, b, sh);
   if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a; part[2 * (long long)blockIdx.x + 1] = b; }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) kc_lnb_apply(float* __restrict__ gi, const float* __restrict__ g,
-    const float* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd KC_W_PARAMS,
+extern "C" __global__ void __launch_bounds__(NT) kc_lnb_apply(KC_ELEM* __restrict__ gi, const KC_ELEM* __restrict__ g,
+    const KC_ELEM* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd KC_W_PARAMS,
     const float* __restrict__ part, long long M, int N, int S) {
   KC_W_LOCALS
   __shared__ float sh[64];
@@ -107,17 +109,17 @@ extern "C" __global__ void __launch_bounds__(NT) kc_lnb_apply(float* __restrict_
   float a = 0.f, b = 0.f;
   for (int p = threadIdx.x; p < S; p += NT) { a += pr[2 * p]; b += pr[2 * p + 1]; }
   kc_gsum2(a, b, sh);
-  const V* gv = reinterpret_cast<const V*>(g + row * N);
-  const V* xv = reinterpret_cast<const V*>(x + row * N);
-  V* ov = reinterpret_cast<V*>(gi + row * N);
+  const KC_VECT* gv = reinterpret_cast<const KC_VECT*>(g + row * N);
+  const KC_VECT* xv = reinterpret_cast<const KC_VECT*>(x + row * N);
+  KC_VECT* ov = reinterpret_cast<KC_VECT*>(gi + row * N);
   for (long long i = lo / VEC + threadIdx.x; i < hi / VEC; i += NT) ov[i] = kc_gi(gv[i], xv[i], (int)i, mu, rs, w, a, b, fN);
 }
 #endif
 
 #if KC_GW || KC_GB
-struct alignas(sizeof(float) * CV) VC { float v[CV]; };
-extern "C" __global__ void __launch_bounds__(32 * TY) kc_lnb_cols(KC_COL_OUT const float* __restrict__ g,
-    const float* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd, long long M, int N) {
+struct alignas(sizeof(KC_ELEM) * CV) VC { KC_ELEM v[CV]; };
+extern "C" __global__ void __launch_bounds__(32 * TY) kc_lnb_cols(KC_COL_OUT const KC_ELEM* __restrict__ g,
+    const KC_ELEM* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd, long long M, int N) {
   KC_COL_LOCALS
   __shared__ float shw[KC_GW ? TY : 1][32 * CV], shb[KC_GB ? TY : 1][32 * CV];
   const int jv = blockIdx.x * 32 + threadIdx.x;
@@ -186,14 +188,15 @@ class LayerNormBackwardTemplate : public Template {
     bool gi, gw, gb;
     if (!handles(c, M, N, gi, gw, gb)) return {};
     std::vector<KnobDim> sp;
+    const DType dt = c.input("input")->dtype;
     if (gi) {
-      row_space(sp, DType::kF32, N, true);
+      row_space(sp, dt, N, true);
       auto splits = split_values(M, N);
       if (splits.front() != 0) sp[0].values = with_default(sp[0].values, 256);
       sp.push_back({"split", splits});
     }
     if (gw || gb) {
-      auto cvs = vec_values(DType::kF32, N);
+      auto cvs = vec_values(dt, N);
       const int64_t cv = cvs.back();
       int64_t ty = 1;
       while (ty < 8 && ty * 2 <= M) ty *= 2;
@@ -234,17 +237,22 @@ class LayerNormBackwardTemplate : public Template {
       cv = k["col_vec"];
       rsplit = k["col_split"];
       if (N % cv != 0) return unsupported("col_vec " + S(cv) + " does not divide the row (" + S(N) + ")");
+      // Static shared memory: TY x 32 x CV floats per column sum (8 halves a thread reach 64 KiB).
+      if ((gw + gb) * ty * 32 * cv * 4 > 48 * 1024)
+        return unsupported("col_ty " + S(ty) + " x col_vec " + S(cv) + " needs over 48 KiB of shared memory");
     }
-    std::string src = "// kernelcraft cuda.layer_norm_backward f32\n" + dtype_prelude(DType::kF32) + row_consts(r) +
+    const DType dt = c.input("input")->dtype;
+    const std::string elem = ln_elem(dt);
+    std::string src = "// kernelcraft cuda.layer_norm_backward " + std::string(dtype_name(dt)) + "\n" + dtype_prelude(dt) + row_consts(r) +
                       "constexpr bool HAS_W = " + (hw ? "true" : "false") + ";\nconstexpr int TY = " + S(ty) +
                       ", CV = " + S(cv) + ";\n#define KC_R " + S(rsplit) + "\n#define KC_GI " + S(gi) + "\n#define KC_GW " +
-                      S(gw) + "\n#define KC_GB " + S(gb) + "\n" + opt_params({{"w", hw}}, "KC_W_PARAMS", "KC_W_LOCALS");
-    // Column kernels: outputs (or partials) first, absent ones replaced by null locals.
+                      S(gw) + "\n#define KC_GB " + S(gb) + "\n" + opt_params({{"w", hw}}, "KC_W_PARAMS", "KC_W_LOCALS", elem);
+    // Column kernels: outputs (or fp32 partials) first, absent ones replaced by null locals.
     const bool part = rsplit > 1;
     auto outs = [&](const char* m1, const char* m2, const std::string& w, const std::string& b) {
       std::string p = "#define " + std::string(m1), l = "#define " + std::string(m2);
       for (const auto& [n, on] : std::vector<std::pair<std::string, bool>>{{w, gw}, {b, gb}}) {
-        if (on) p += " float* __restrict__ " + n + ",";
+        if (on) p += " " + (part ? std::string("float") : elem) + "* __restrict__ " + n + ",";
         else l += " float* " + n + " = nullptr; (void)" + n + ";";
       }
       return p + "\n" + l + "\n";
@@ -252,8 +260,8 @@ class LayerNormBackwardTemplate : public Template {
     src += outs("KC_COL_OUT", "KC_COL_LOCALS", "pw", "pb");
     if (part) {
       src += "#define KC_SUM_OUT";
-      if (gw) src += " float* __restrict__ gw,";
-      if (gb) src += " float* __restrict__ gb,";
+      if (gw) src += " " + elem + "* __restrict__ gw,";
+      if (gb) src += " " + elem + "* __restrict__ gb,";
       if (gw) src += " const float* __restrict__ pw,";
       if (gb) src += " const float* __restrict__ pb,";
       src += "\n#define KC_SUM_LOCALS";
@@ -261,7 +269,7 @@ class LayerNormBackwardTemplate : public Template {
       if (!gb) src += " float* gb = nullptr; const float* pb = nullptr; (void)gb; (void)pb;";
       src += "\n";
     }
-    src += std::string(kGroupHelpers) + kLnBackBody;
+    src += std::string(kGroupHelpers) + ln_elem_prelude(dt) + ln_body(kLnBackBody, dt);
 
     const std::string Ms = "numel(mean)", Ns = "numel(input) / numel(mean)";
     std::vector<std::string> common = {"ptr:grad_out", "ptr:input", "ptr:mean", "ptr:rstd"};
@@ -309,20 +317,21 @@ class LayerNormBackwardTemplate : public Template {
     if (!ln_geometry(c, M, N)) return false;
     const TensorMeta* x = c.input("input");
     const TensorMeta* g = c.input("grad_out");
-    if (!tensor_ok(g, DType::kF32) || g->sizes != x->sizes) return false;
+    if (!tensor_ok(g, x->dtype) || g->sizes != x->sizes) return false;
+    // mean and rstd in fp32 (CUDA's accumulate type for f32, bf16 and f16).
     for (const char* s : {"mean", "rstd"}) {
       const TensorMeta* t = c.input(s);
       if (!tensor_ok(t, DType::kF32) || t->numel() != M) return false;
     }
-    if (!ln_param_ok(c.input("weight"), N)) return false;
+    if (!ln_param_ok(c.input("weight"), N, x->dtype)) return false;
     if (c.outputs.size() != 3) return false;
     gi = c.outputs[0].defined;
     gw = c.outputs[1].defined;
     gb = c.outputs[2].defined;
     if (!gi && !gw && !gb) return false;
-    if (gi && (c.outputs[0].dtype != DType::kF32 || c.outputs[0].sizes != x->sizes)) return false;
-    for (int i = 1; i < 3; ++i)
-      if (c.outputs[i].defined && (c.outputs[i].dtype != DType::kF32 || c.outputs[i].numel() != N)) return false;
+    if (gi && (c.outputs[0].dtype != x->dtype || c.outputs[0].sizes != x->sizes)) return false;
+    for (int i = 1; i < 3; ++i)   // grad_weight and grad_bias in the parameters' (the input's) dtype
+      if (c.outputs[i].defined && (c.outputs[i].dtype != x->dtype || c.outputs[i].numel() != N)) return false;
     return true;
   }
 };

@@ -378,65 +378,7 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   if (op_info(c.op).family == OpFamily::kPoolBackward) return pool_backward(c, in);
   if (op_info(c.op).family == OpFamily::kLoss) return loss(c, in);
   if (op_info(c.op).family == OpFamily::kLossBackward) return loss_backward(c, in);
-  // Layer norm forward and backward: M rows of N.
-  const Vec& x = in.at("input");
-  int64_t N = 1;
-  for (int64_t s : c.list_arg("normalized_shape")) N *= s;
-  const int64_t M = static_cast<int64_t>(x.size()) / N;
-  const bool hw = c.input("weight")->defined, hb = c.input("bias")->defined;
-  if (c.op == OpId::kLayerNorm) {
-    const double eps = c.double_arg("eps", 1e-5);
-    Expect y{Vec(x.size()), Vec(x.size())}, mean{Vec(M), Vec(M)}, rstd{Vec(M), Vec(M)};
-    for (int64_t r = 0; r < M; ++r) {
-      const double* xr = &x[r * N];
-      double mu = 0, var = 0;
-      for (int64_t j = 0; j < N; ++j) mu += xr[j];
-      mu /= N;
-      for (int64_t j = 0; j < N; ++j) var += (xr[j] - mu) * (xr[j] - mu);
-      var /= N;
-      const double rs = 1 / std::sqrt(var + eps);
-      mean.ref[r] = mu;
-      mean.scale[r] = std::fabs(mu) + std::sqrt(var);
-      rstd.ref[r] = rs;
-      rstd.scale[r] = rs * (1 + std::fabs(mu) * rs / 64);   // the mean's rounding moves var by ~eps*|mu|*std
-      for (int64_t j = 0; j < N; ++j) {
-        const double w = hw ? in.at("weight")[j] : 1, b = hb ? in.at("bias")[j] : 0, xh = (xr[j] - mu) * rs;
-        y.ref[r * N + j] = xh * w + b;
-        y.scale[r * N + j] = std::fabs(w) * (1 + std::fabs(xh) + std::fabs(mu) * rs / 64) + std::fabs(b);
-      }
-    }
-    return {y, mean, rstd};
-  }
-  const Vec &g = in.at("grad_out"), &mu = in.at("mean"), &rs = in.at("rstd");
-  std::vector<Expect> out(3);
-  if (c.outputs[0].defined) out[0] = {Vec(x.size()), Vec(x.size())};
-  if (c.outputs[1].defined) out[1] = {Vec(N, 0.0), Vec(N, 0.0)};
-  if (c.outputs[2].defined) out[2] = {Vec(N, 0.0), Vec(N, 0.0)};
-  for (int64_t r = 0; r < M; ++r) {
-    double a = 0, b = 0, aa = 0, ba = 0;
-    for (int64_t j = 0; j < N; ++j) {
-      const double w = hw ? in.at("weight")[j] : 1, wg = w * g[r * N + j], xh = (x[r * N + j] - mu[r]) * rs[r];
-      a += wg;
-      b += wg * xh;
-      aa += std::fabs(wg);
-      ba += std::fabs(wg * xh);
-      if (c.outputs[1].defined) {
-        out[1].ref[j] += g[r * N + j] * xh;
-        out[1].scale[j] += std::fabs(g[r * N + j] * xh);
-      }
-      if (c.outputs[2].defined) {
-        out[2].ref[j] += g[r * N + j];
-        out[2].scale[j] += std::fabs(g[r * N + j]);
-      }
-    }
-    if (!c.outputs[0].defined) continue;
-    for (int64_t j = 0; j < N; ++j) {
-      const double w = hw ? in.at("weight")[j] : 1, wg = w * g[r * N + j], xh = (x[r * N + j] - mu[r]) * rs[r];
-      out[0].ref[r * N + j] = rs[r] * (wg - a / N - xh * b / N);
-      out[0].scale[r * N + j] = rs[r] * (std::fabs(wg) + aa / N + std::fabs(xh) * (1 + ba / N));
-    }
-  }
-  return out;
+  return layer_norm(c, in);   // template_gpu_layer_norm.cpp
 }
 
 // ---- inputs --------------------------------------------------------------------------------------

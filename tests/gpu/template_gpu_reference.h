@@ -84,6 +84,8 @@ std::vector<Expect> pool_backward(const OpCall& c, const std::map<std::string, V
 Vec argmax_indices(const OpCall& c, const std::map<std::string, Vec>& in);
 // Values for one input of `c`, rounded to its dtype.
 Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+// Layer norm forward and backward (template_gpu_layer_norm.cpp).
+std::vector<Expect> layer_norm(const OpCall& c, const std::map<std::string, Vec>& in);
 // The loss families (template_gpu_loss.cpp): one input's values (before rounding), references.
 Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);

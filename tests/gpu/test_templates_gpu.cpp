@@ -1,7 +1,8 @@
 // CUDA op-family templates on a real GPU: a sample of knob settings of every family at several
 // shapes (odd sizes, rows not a multiple of 32, the 4M-element layer norm row) against fp64
 // references (template_gpu_reference.cpp), with outputs and scratch poisoned (NaN) before every launch, inputs
-// checked unchanged, and a second run that must agree bit for bit. Skips without a device.
+// checked unchanged, and a second run that must agree bit for bit. Skips without a device. The
+// runner is template_gpu_run.h; the layer norm cases are in template_gpu_layer_norm.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,10 +24,11 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 #include "runtime/timing.h"
-#include "tests/gpu/gpu_fixture.h"
 #include "tests/gpu/template_gpu_reference.h"
+#include "tests/gpu/template_gpu_run.h"
 
-namespace kc::evolve {
+
+namespace kc::evolve::gpu_run {
 namespace {
 
 using nlohmann::json;
@@ -35,42 +37,6 @@ using gpu_ref::Host;
 using gpu_ref::make_input;
 using gpu_ref::reference;
 using gpu_ref::Vec;
-
-// ---- the fixture -----------------------------------------------------------------------------
-
-struct Gpu : GpuFixture {
-  void SetUp() override {
-    Status avail = cuda_available(0);
-    if (!avail.is_ok()) GTEST_SKIP() << "no usable CUDA device: " << avail.to_string();
-    auto be = cuda_backend(0);
-    ASSERT_TRUE(be.is_ok()) << be.status().to_string();
-    acquire(be.value());
-    if (HasFatalFailure()) return;
-  }
-  std::string download(CUdeviceptr p, size_t bytes) {
-    std::string h(bytes, '\0');
-    if (bytes) {
-      EXPECT_EQ(d->cuMemcpyDtoH(h.data(), p, bytes), CUDA_SUCCESS);
-    }
-    return h;
-  }
-};
-
-struct Case {
-  OpId op;
-  std::vector<int64_t> sizes;
-  DType dt;
-  json args;
-  int samples;                    // random knob settings besides the defaults
-  std::vector<Knobs> extra = {};  // settings that must be covered
-};
-
-std::string describe(const Case& k) {
-  std::string s = op_info(k.op).name;
-  s += "[";
-  for (size_t i = 0; i < k.sizes.size(); ++i) s += (i ? "," : "") + std::to_string(k.sizes[i]);
-  return s + "]" + dtype_name(k.dt) + (k.args.empty() ? "" : k.args.dump());
-}
 
 // A tensor's values (logical order) placed at their memory offsets, and back: channels-last
 // calls upload and read their buffers in memory order.
@@ -93,7 +59,7 @@ struct Counts {
 };
 
 // Runs every sampled candidate of `k` and compares against the fp64 reference.
-void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
+void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding rounding) {
   auto cr = make_call(k.op, k.sizes, k.dt, BackendKind::kCuda, k.args);
   ASSERT_TRUE(cr.is_ok()) << describe(k) << ": " << cr.status().to_string();
   const OpCall c = cr.value();
@@ -180,9 +146,13 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
     tensor_ptrs[c.inputs.size() + o] = g.alloc(out_bytes[o]);
   }
   const std::vector<Expect> want = reference(c, in);
-  // Output rounding of halves: relative, and absolute in f16's subnormal range.
-  const double out_ulp = k.dt == DType::kF16 ? std::ldexp(1.0, -10) : k.dt == DType::kBF16 ? std::ldexp(1.0, -7) : 0;
-  const double out_floor = k.dt == DType::kF16 ? std::ldexp(1.0, -24) : 1e-30;
+  // Output rounding of halves: relative, and absolute in f16's subnormal range (Rounding).
+  auto rounding_of = [&](DType out, double& rel, double& floor) {
+    const DType d = rounding == Rounding::kOnce ? out : k.dt;
+    const double half = rounding == Rounding::kOnce ? 0.5 : 1.0;
+    rel = half * (d == DType::kF16 ? std::ldexp(1.0, -10) : d == DType::kBF16 ? std::ldexp(1.0, -7) : 0);
+    floor = d == DType::kF16 ? half * std::ldexp(1.0, -24) : 1e-30;
+  };
 
   for (size_t ci = 0; ci < cands.size(); ++ci) {
     const Candidate& cand = cands[ci];
@@ -225,6 +195,8 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
         first[o] = got;
         const Vec out = to_memory(c.outputs[o], Host::decode(c.outputs[o].dtype, got), true);
         const Expect& e = want[o];
+        double out_ulp, out_floor;
+        rounding_of(c.outputs[o].dtype, out_ulp, out_floor);
         ASSERT_EQ(out.size(), e.ref.size()) << where;
         int64_t bad = 0;
         double worst = 0;
@@ -261,14 +233,49 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol) {
   }
 }
 
-void run_all(Gpu& g, const std::vector<Case>& cs, double rtol) {
+}  // namespace
+
+void Gpu::SetUp() {
+  Status avail = cuda_available(0);
+  if (!avail.is_ok()) GTEST_SKIP() << "no usable CUDA device: " << avail.to_string();
+  auto be = cuda_backend(0);
+  ASSERT_TRUE(be.is_ok()) << be.status().to_string();
+  acquire(be.value());
+}
+
+std::string Gpu::download(CUdeviceptr p, size_t bytes) {
+  std::string h(bytes, '\0');
+  if (bytes) {
+    EXPECT_EQ(d->cuMemcpyDtoH(h.data(), p, bytes), CUDA_SUCCESS);
+  }
+  return h;
+}
+
+std::string describe(const Case& k) {
+  std::string s = op_info(k.op).name;
+  s += "[";
+  for (size_t i = 0; i < k.sizes.size(); ++i) s += (i ? "," : "") + std::to_string(k.sizes[i]);
+  return s + "]" + dtype_name(k.dt) + (k.args.empty() ? "" : k.args.dump());
+}
+
+void run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding) {
   Counts n;
   for (const Case& k : cs) {
-    run_case(g, k, n, rtol);
+    run_case(g, k, n, rtol, rounding);
     if (::testing::Test::HasFatalFailure()) return;
   }
   std::printf("%d candidates checked (%d settings kUnsupported)\n", n.candidates, n.unsupported);
 }
+
+}  // namespace kc::evolve::gpu_run
+
+namespace kc::evolve {
+namespace {
+
+using nlohmann::json;
+using gpu_run::Case;
+using gpu_run::Gpu;
+using gpu_run::run_all;
 
 const json kNone = json::object();
 
@@ -344,24 +351,6 @@ TEST_F(Gpu, SoftmaxBackward) {
   run_all(*this, cs, 1e-5);
 }
 
-TEST_F(Gpu, LayerNorm) {
-  std::vector<Case> cs;
-  for (const json& a : {json{{"normalized_shape", {5}}}, json{{"normalized_shape", {5}}, {"affine", false}},
-                        json{{"normalized_shape", {5}}, {"bias", false}}})
-    cs.push_back({OpId::kLayerNorm, {3, 5}, DType::kF32, a, 2});
-  cs.push_back({OpId::kLayerNorm, {37, 130}, DType::kF32, {{"normalized_shape", {130}}}, 6});
-  cs.push_back({OpId::kLayerNorm, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 6});
-  cs.push_back({OpId::kLayerNorm, {2, 3, 4096}, DType::kF32, {{"normalized_shape", {3, 4096}}, {"affine", false}}, 4,
-                {{{"split", 0}}}});
-  cs.push_back({OpId::kLayerNorm, {5, 70000}, DType::kF32, {{"normalized_shape", {70000}}}, 4,
-                {{{"split", 33}, {"vec", 4}}, {{"split", 0}, {"threads", 1024}}}});
-  cs.push_back({OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32, {{"normalized_shape", {64, 256, 256}}}, 3,
-                {{{"split", 132}}, {{"split", 1056}, {"threads", 512}}, {{"split", 0}}}});
-  cs.push_back({OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32,
-                {{"normalized_shape", {64, 256, 256}}, {"affine", false}}, 1});
-  run_all(*this, cs, 2e-5);
-}
-
 TEST_F(Gpu, GroupNorm) {
   std::vector<Case> cs;
   const json f32p = {{"group", 32}, {"param_dtype", "f32"}};
@@ -402,23 +391,6 @@ TEST_F(Gpu, BatchNorm) {
   cs.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kBF16, train, 2});
   cs.push_back({OpId::kBatchNorm, {8, 6}, DType::kF32, eval, 2});
   cs.push_back({OpId::kBatchNorm, {1, 6, 70001}, DType::kF32, inorm, 3});
-  run_all(*this, cs, 2e-5);
-}
-
-TEST_F(Gpu, LayerNormBackward) {
-  std::vector<Case> cs;
-  for (const json& mask : {json{1, 1, 1}, json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}}) {
-    cs.push_back({OpId::kLayerNormBackward, {3, 5}, DType::kF32, {{"normalized_shape", {5}}, {"output_mask", mask}}, 2});
-    cs.push_back({OpId::kLayerNormBackward, {1, 64, 256, 256}, DType::kF32,
-                  {{"normalized_shape", {64, 256, 256}}, {"output_mask", mask}}, 1});
-  }
-  cs.push_back({OpId::kLayerNormBackward, {333, 131}, DType::kF32, {{"normalized_shape", {131}}}, 6,
-                {{{"col_split", 8}, {"col_ty", 4}}}});
-  cs.push_back({OpId::kLayerNormBackward, {4096, 1024}, DType::kF32, {{"normalized_shape", {1024}}}, 5});
-  cs.push_back({OpId::kLayerNormBackward, {33, 131}, DType::kF32,
-                {{"normalized_shape", {131}}, {"affine", false}, {"output_mask", {1, 0, 0}}}, 3});
-  cs.push_back({OpId::kLayerNormBackward, {3, 70000}, DType::kF32, {{"normalized_shape", {70000}}}, 3,
-                {{{"split", 33}}}});
   run_all(*this, cs, 2e-5);
 }
 

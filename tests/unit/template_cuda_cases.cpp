@@ -59,6 +59,18 @@ std::vector<Case> cases() {
     v.push_back({OpId::kLayerNormBackward, {1, 64, 256, 256}, DType::kF32,
                  {{"normalized_shape", {64, 256, 256}}, {"output_mask", mask}}});
   }
+  // Layer norm in halves: 8-wide vectors (16 bytes), N not a multiple of 8, odd N, the split row,
+  // with and without weight and bias; the backward's column sums with 8-wide halves.
+  v.push_back({OpId::kLayerNorm, {4096, 1024}, DType::kBF16, {{"normalized_shape", {1024}}}, 3});
+  v.push_back({OpId::kLayerNorm, {37, 130}, DType::kF16, {{"normalized_shape", {130}}}, 3});
+  v.push_back({OpId::kLayerNorm, {3, 5}, DType::kBF16, {{"normalized_shape", {5}}, {"affine", false}}, 2});
+  v.push_back({OpId::kLayerNorm, {3, 5}, DType::kF16, {{"normalized_shape", {5}}, {"bias", false}}, 2});
+  v.push_back({OpId::kLayerNorm, {1, 64, 256, 256}, DType::kBF16, {{"normalized_shape", {64, 256, 256}}}, 3});
+  v.push_back({OpId::kLayerNormBackward, {4096, 1024}, DType::kBF16, {{"normalized_shape", {1024}}}, 3});
+  v.push_back({OpId::kLayerNormBackward, {33, 131}, DType::kF16, {{"normalized_shape", {131}}}, 3});
+  for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}})
+    v.push_back({OpId::kLayerNormBackward, {3, 5}, DType::kBF16, {{"normalized_shape", {5}}, {"output_mask", mask}}, 2});
+  v.push_back({OpId::kLayerNormBackward, {1, 64, 256, 256}, DType::kF16, {{"normalized_shape", {64, 256, 256}}}, 3});
   // Group norm: the split shape, U-Net shapes, odd ones; bf16/f16 with their own and fp32 params.
   v.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6});
   v.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 6});

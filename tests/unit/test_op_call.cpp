@@ -39,6 +39,36 @@ TEST(OpCall, LayerNormOutputsAndMasks) {
   EXPECT_TRUE(b.value().dense());
 }
 
+// ATen's contract for reduced precision: CUDA saves fp32 statistics (its accumulate type) and
+// refuses parameters of another dtype than the input's; the CPU saves them in the input's dtype,
+// or fp32 when a bf16 / f16 input has fp32 parameters (mixed). grads follow their parameters.
+TEST(OpCall, LayerNormStatisticsByBackend) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    auto cu = make_call(OpId::kLayerNorm, {4, 7}, dt, BackendKind::kCuda);
+    ASSERT_TRUE(cu.is_ok());
+    EXPECT_EQ(cu->outputs[0].dtype, dt);
+    EXPECT_EQ(cu->outputs[1].dtype, DType::kF32);
+    EXPECT_EQ(cu->outputs[2].dtype, DType::kF32);
+    auto cub = make_call(OpId::kLayerNormBackward, {4, 7}, dt, BackendKind::kCuda);
+    ASSERT_TRUE(cub.is_ok());
+    EXPECT_EQ(cub->input("mean")->dtype, DType::kF32);
+    EXPECT_EQ(cub->outputs[1].dtype, dt);
+    EXPECT_FALSE(make_call(OpId::kLayerNorm, {4, 7}, dt, BackendKind::kCuda, {{"param_dtype", "f32"}}).is_ok());
+    auto cpu = make_call(OpId::kLayerNorm, {4, 7}, dt, BackendKind::kCpu);
+    ASSERT_TRUE(cpu.is_ok());
+    EXPECT_EQ(cpu->outputs[1].dtype, dt);
+    auto mixed = make_call(OpId::kLayerNormBackward, {4, 7}, dt, BackendKind::kCpu, {{"param_dtype", "f32"}});
+    ASSERT_TRUE(mixed.is_ok());
+    EXPECT_EQ(mixed->input("rstd")->dtype, DType::kF32);
+    EXPECT_EQ(mixed->outputs[0].dtype, dt);
+    EXPECT_EQ(mixed->outputs[1].dtype, DType::kF32);
+    EXPECT_EQ(mixed->outputs[2].dtype, DType::kF32);
+    auto plain = make_call(OpId::kLayerNorm, {4, 7}, dt, BackendKind::kCpu, {{"affine", false}});
+    ASSERT_TRUE(plain.is_ok());
+    EXPECT_EQ(plain->outputs[2].dtype, dt);
+  }
+}
+
 TEST(OpCall, BadKeysAreStatuses) {
   for (const std::string k : {"", "kc1|x", "kc9|t|aten::relu|fp32|self=T:f32[2]s[1]a16",
                               "kc1|t|aten::nope|fp32|self=T:f32[2]s[1]a16", "kc1|t|aten::relu|fp32|self=T:f32[2s[1]a16",
