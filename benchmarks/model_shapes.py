@@ -131,6 +131,8 @@ CASES = [
     # Reductions over a middle dim (strided) and the last dim (rows), odd inner extents, 256 MiB
     *[Case(KB, r, (16, 4096, 1023), (1,), dict(dim=1)) for r in ("sum", "amax", "argmax", "argmin", "var", "std")],
     *[Case(KB, r, (16, 4096, 1023), (-1,), dict(dim=-1)) for r in ("mean", "amin", "argmax", "var_mean")],
+    *[Case(KB, r, (16, 4096, 1023), (1,), dict(dim=1)) for r in ("max", "prod")],
+    Case(KB, "min", (16, 4096, 1023), (-1,), dict(dim=-1)),
     Case(KB, "vector_norm", (16, 64, 256, 256), (0, 1, 2, 3)),   # Frobenius norm: every dim
     # Losses: nll over Llama-3's vocabulary for 4096 tokens (its log-probabilities as input), and
     # elementwise losses over 64 MiB of fp32, mean-reduced (eager: a map, then a reduction)
@@ -231,6 +233,9 @@ OPS = {
     "amin": _one(torch.amin), "argmax": Op(_one(torch.argmax).build, ()),
     "argmin": Op(_one(torch.argmin).build, ()), "var": _one(torch.var),
     "std": _one(torch.std), "vector_norm": _one(torch.linalg.vector_norm),
+    # torch.max / torch.min over a dim: values and indices (max.dim / min.dim); timed as one call
+    "max": Op(_one(lambda x, dim: torch.max(x, dim)).build, ()),
+    "min": Op(_one(lambda x, dim: torch.min(x, dim)).build, ()), "prod": _one(torch.prod),
     "nll_loss": Op(_nll_loss, (0,)), "mse_loss": _pair_loss(F.mse_loss), "smooth_l1_loss": _pair_loss(F.smooth_l1_loss),
     "binary_cross_entropy": _pair_loss(F.binary_cross_entropy, probs=True),
 }
