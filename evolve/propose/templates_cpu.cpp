@@ -30,6 +30,8 @@
 //   cpu.batch_norm       native_batch_norm, per-channel over (N, HxW): training without running
 //                        stats (chunk: channel slices of partial moments) or eval; unroll, simd
 //                        (templates_cpu_batch_norm.cpp)
+//   cpu.batch_norm_backward  native_batch_norm_backward: per-channel sums in double, then
+//                        grad_input over planes; planes, unroll, simd (templates_cpu_batch_norm_backward.cpp)
 //   cpu.pool             pooling forward, adaptive included: rows, acc (templates_cpu_pool.cpp)
 //   cpu.pool_backward    pooling backward as a gather over the windows holding each input
 //                        element: rows, acc (templates_cpu_pool_backward.cpp)
@@ -59,6 +61,7 @@ const Template* cpu_reduction_template();
 const Template* cpu_pool_backward_template();
 const Template* cpu_loss_template();
 const Template* cpu_loss_backward_template();
+const Template* cpu_batch_norm_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
@@ -66,7 +69,8 @@ const std::vector<const Template*>& cpu_templates() {
                                                  cpu_layer_norm_template(), cpu_layer_norm_backward_template(), cpu_scan_template(),
                                                  cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template(),
                                                  cpu_pool_backward_template(),
-                                                 cpu_loss_template(), cpu_loss_backward_template()};
+                                                 cpu_loss_template(), cpu_loss_backward_template(),
+                                                 cpu_batch_norm_backward_template()};
   return v;
 }
 

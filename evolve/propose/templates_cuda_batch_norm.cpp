@@ -207,17 +207,6 @@ bool bn_geometry(const OpCall& c, BnGeom& g) {
   return true;
 }
 
-// Blocks per channel for the statistics: slices of at least 256 vectors; default the fewest
-// that give ~4 blocks per SM.
-std::vector<int64_t> bpc_values(const BnGeom& g, int64_t vec) {
-  const int64_t totv = g.n * g.hw / vec;
-  std::vector<int64_t> v;
-  for (int64_t p = 1; p <= 512 && (p == 1 || totv / p >= 256) && g.c * p <= INT_MAX; p *= 2) v.push_back(p);
-  int64_t def = v.back();
-  for (int64_t p : v)
-    if (g.c * p >= 4 * kSms) { def = p; break; }
-  return with_default(v, def);
-}
 
 // Blocks per channel of the fused launch (a cluster; 0: the three launches). Default: the fewest
 // whose slices are at most 256 KB with at least one block per SM; three launches when the
@@ -239,7 +228,7 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
   sp.push_back({"threads", {256, 128, 512, 1024, 64}});
   sp.push_back({"vec", with_default(vecs, vecs.back())});
   sp.push_back({"items", {4, 1, 2, 8}});
-  if (g.training) sp.push_back({"bpc", bpc_values(g, vecs.back())});
+  if (g.training) sp.push_back({"bpc", channel_block_values(g.c, g.n * g.hw / vecs.back())});
   if (g.training) sp.push_back({"fuse", fuse_values(g)});
   return sp;
 }

@@ -161,6 +161,18 @@ inline std::vector<int64_t> with_default(std::vector<int64_t> values, int64_t fi
   return values;
 }
 
+// Blocks per channel of a two-stage per-channel reduction over `totv` vectors a channel, for
+// `channels` channels: slices of at least 256 vectors; default the fewest that give ~4 blocks per
+// SM (batch norm forward and backward).
+inline std::vector<int64_t> channel_block_values(int64_t channels, int64_t totv) {
+  std::vector<int64_t> v;
+  for (int64_t p = 1; p <= 512 && (p == 1 || totv / p >= 256) && channels * p <= INT_MAX; p *= 2) v.push_back(p);
+  int64_t def = v.back();
+  for (int64_t p : v)
+    if (channels * p >= 4 * kSms) { def = p; break; }
+  return with_default(v, def);
+}
+
 // Every dimension's value from `k` (its default when absent); values outside a dimension are
 // kUnsupported. Names `k` has and the space lacks are ignored.
 inline Result<Knobs> pick(const std::vector<KnobDim>& space, const Knobs& k) {

@@ -362,6 +362,7 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   }
   if (c.op == OpId::kGroupNorm) return group_norm(c, in);
   if (c.op == OpId::kBatchNorm) return batch_norm(c, in);
+  if (c.op == OpId::kBatchNormBackward) return batch_norm_backward(c, in);
   if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
   if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
   if (op_info(c.op).family == OpFamily::kReduction) {   // tests/unit/reduction_reference.h
@@ -417,11 +418,11 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
       v[n / 3 + 3] = INFINITY;
       v[n / 2 + 7] = NAN;
     }
-  } else if (fam == OpFamily::kBatchNorm) {   // channels with their own offset and spread
+  } else if (fam == OpFamily::kBatchNorm || fam == OpFamily::kBatchNormBackward) {   // channels with their own offset and spread
     const int64_t C = t.sizes.size() > 1 ? t.sizes[1] : 1, hw = t.sizes.size() > 1 ? n / (t.sizes[0] * C) : 1;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t ch = t.name == "input" ? (i / hw) % C : i;
-      v[i] = t.name == "running_var" ? 0.1 + std::fabs(2 * nd(rng))
+      v[i] = t.name == "running_var" || t.name == "save_invstd" ? 0.1 + std::fabs(2 * nd(rng))
            : t.name == "input" ? (ch % 4 == 3 ? 100.0 : 3.0 * (ch % 3)) + (1 + ch % 2) * nd(rng)
                                : nd(rng);
     }

@@ -86,6 +86,9 @@ Vec argmax_indices(const OpCall& c, const std::map<std::string, Vec>& in);
 Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 // Layer norm forward and backward (template_gpu_layer_norm.cpp).
 std::vector<Expect> layer_norm(const OpCall& c, const std::map<std::string, Vec>& in);
+// Batch norm backward (template_gpu_batch_norm_backward.cpp), from the given saved or running
+// statistics (the formula holds for any; the drawn save_invstd is positive).
+std::vector<Expect> batch_norm_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 // The loss families (template_gpu_loss.cpp): one input's values (before rounding), references.
 Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);

@@ -152,3 +152,24 @@ def test_losses_identical_to_eager(fresh_cache):
     kc.enable()
     torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
     torch.testing.assert_close(g, ref_g, rtol=0, atol=0)
+
+
+def test_batch_norm_training_backward_falls_back_bit_identically(fresh_cache):
+    """F.batch_norm in training on the CPU: native_batch_norm_backward is intercepted (a miss) and,
+    with nothing served, its gradients are eager's bit for bit."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 5, 5)
+    w, b = torch.randn(6), torch.randn(6)
+
+    def grads():
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        torch.nn.functional.batch_norm(xs, None, None, ws, bs, training=True).pow(2).sum().backward()
+        return [xs.grad, ws.grad, bs.grad]
+
+    got = grads()
+    assert status()["ops"]["batch_norm_backward"]["misses"] >= 1
+    kc.disable()
+    want = grads()
+    kc.enable()
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=0)

@@ -154,6 +154,24 @@ std::vector<Case> batch_norm_cases() {
   return v;
 }
 
+// Batch norm backward: training (saved statistics) and eval (running ones), with and without
+// a weight, every output mask, odd shapes, a long channel row and offset inputs (x - mean).
+std::vector<Case> batch_norm_backward_cases() {
+  const std::vector<std::pair<std::vector<int64_t>, double>> shapes = {{{3, 5, 7}, 0.5}, {{2, 4, 3, 3}, 100}, {{1, 6, 70001}, 4}, {{4, 6}, -3}};
+  std::vector<Case> v;
+  for (const auto& [sizes, offset] : shapes)
+    for (bool train : {true, false})
+      for (bool affine : {true, false}) {
+        const std::string label = std::string("batch_norm_backward-") + (train ? "train" : "eval") + (affine ? "-w/" : "-none/") + shape_str(sizes);
+        v.push_back({label, cpu_call(OpId::kBatchNormBackward, sizes, {{"train", train}, {"affine", affine}}), offset});
+      }
+  for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}})
+    for (bool train : {true, false})
+      v.push_back({std::string("batch_norm_backward-mask") + mask.dump() + (train ? "-train" : "-eval"),
+                   cpu_call(OpId::kBatchNormBackward, {2, 3, 17}, {{"train", train}, {"output_mask", mask}}), 2});
+  return v;
+}
+
 // Pooling: 2d and 3d, batched and not, padding, dilation, ceil mode (a last window clipped and one
 // dropped), count_include_pad off, divisor_override, broadcast lists and the empty stride.
 std::vector<Case> pool_cases() {

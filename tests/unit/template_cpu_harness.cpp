@@ -132,7 +132,7 @@ Buffers make_inputs(const Case& cs) {
         for (auto& x : v) x = c.op == OpId::kSigmoidBackward ? ud(rng) : 2.f * ud(rng) - 1.f;
       }
     }
-    if ((t.name == "self" && fam == OpFamily::kSoftmax) || (t.name == "input" && (fam == OpFamily::kLayerNorm || fam == OpFamily::kGroupNorm || fam == OpFamily::kBatchNorm))) {
+    if ((t.name == "self" && fam == OpFamily::kSoftmax) || (t.name == "input" && (fam == OpFamily::kLayerNorm || fam == OpFamily::kGroupNorm || fam == OpFamily::kBatchNorm || fam == OpFamily::kBatchNormBackward))) {
       for (auto& x : v) x = 2.f * x + static_cast<float>(cs.offset);
       if (cs.nan_row) v[3 * t.sizes.back() + 17] = NAN;
     }
@@ -169,6 +169,7 @@ Buffers make_inputs(const Case& cs) {
       b["rstd"][r] = static_cast<float>(1.0 / std::sqrt(q / n + 1e-5));
     }
   }
+  if (c.op == OpId::kBatchNormBackward) cpu_ref::batch_norm_backward_inputs(c, b);
   if (c.op == OpId::kMaxPool2dBackward || c.op == OpId::kMaxPool3dBackward) cpu_ref::argmax_indices(c, b);
   return b;
 }

@@ -27,6 +27,11 @@ void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed);
 void loss(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 void loss_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 
+// Batch norm backward (template_cpu_batch_norm_backward.cpp): save_mean / save_invstd as the
+// forward saves them (training), and the references of grad_input, grad_weight and grad_bias.
+void batch_norm_backward_inputs(const OpCall& c, Buffers& b);
+void batch_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);
 // Pooling backward (template_cpu_reference_pool.cpp): grad_input by the scatter of the definition.

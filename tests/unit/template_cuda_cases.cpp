@@ -86,6 +86,14 @@ std::vector<Case> cases() {
   v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}, 3});
   v.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF16, {{"training", false}, {"affine", false}}});
   v.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kF32, {{"training", true}, {"running", false}}});
+  // Batch norm backward: the measured (16, 64, 256, 256) training shape per dtype, bf16 with fp32
+  // parameters, eval, masks without grad_input or with it alone, odd shapes.
+  v.push_back({OpId::kBatchNormBackward, {16, 64, 256, 256}, DType::kF32, {{"train", true}}, 6});
+  v.push_back({OpId::kBatchNormBackward, {16, 64, 256, 256}, DType::kBF16, {{"train", true}}, 3});
+  v.push_back({OpId::kBatchNormBackward, {16, 64, 256, 256}, DType::kBF16, {{"train", false}, {"param_dtype", "f32"}}, 3});
+  v.push_back({OpId::kBatchNormBackward, {3, 5, 7}, DType::kF16, {{"train", true}, {"affine", false}}});
+  v.push_back({OpId::kBatchNormBackward, {2, 4, 3, 3}, DType::kF32, {{"train", true}, {"output_mask", {0, 1, 1}}}});
+  v.push_back({OpId::kBatchNormBackward, {2, 4, 3, 3}, DType::kF16, {{"train", false}, {"output_mask", {1, 0, 0}}}});
   // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override.
   const json p3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
   v.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}, 6});

@@ -96,6 +96,15 @@ TEST(CpuTemplates, BatchNorm) {
   EXPECT_EQ(ev.outputs[2].dtype, DType::kF32);
 }
 
+TEST(CpuTemplates, BatchNormBackward) {
+  Stats st = run_family(batch_norm_backward_cases(), "cpu.batch_norm_backward");
+  EXPECT_GT(st.ran, 20);
+  EXPECT_TRUE(st.both("simd"));
+  // grad_weight without a weight: its dtype is eager's guess (batch_norm_backward.cpp), not served.
+  OpCall nw = cpu_call(OpId::kBatchNormBackward, {2, 4, 3}, {{"affine", false}, {"output_mask", {1, 1, 1}}});
+  for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(nw).empty()) << t->name();
+}
+
 TEST(CpuTemplates, Scan) {
   Stats st = run_family(scan_cases(), "cpu.scan");
   EXPECT_GT(st.ran, 150);
@@ -157,7 +166,7 @@ TEST(CpuTemplates, LayerNormBackward) {
 // and the source passes the static check. Up to 160 settings per call, no compiling.
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
-  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &scan_cases,
+  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &batch_norm_backward_cases, &scan_cases,
                   &reduction_cases, &loss_cases, &loss_backward_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
