@@ -7,6 +7,9 @@
 // gradients with an empty or a junk one. Eval calls stay cuDNN's (their saved outputs are empty,
 // unlike native_batch_norm's), and one non-empty reserve seen from cuDNN in this process (a cuDNN
 // that needs it) stops the serving for good, with one log line.
+// cudnn_batch_norm_backward, where autograd sends the backward of such a forward, is served under
+// native_batch_norm_backward's training key in the same way: cuDNN's save_var is the forward's
+// invstd, the mask is all three gradients, and a non-empty reserve leaves the call to cuDNN.
 #include <atomic>
 
 #include <ATen/ATen.h>
@@ -21,7 +24,9 @@ namespace kc::dispatch {
 namespace {
 
 using Out4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Out3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Native = Intercept<OpId::kBatchNorm, Dev::kCuda, &at::cuda::native_batch_norm>;
+using NativeBackward = Intercept<OpId::kBatchNormBackward, Dev::kCuda, &at::cuda::native_batch_norm_backward>;
 
 std::atomic<bool> g_reserve_used{false};
 
@@ -44,10 +49,21 @@ Out4 cudnn_batch_norm(const at::Tensor& x, const at::Tensor& w, const std::optio
   return {std::move(y), std::move(mean), std::move(invstd), std::move(reserve)};
 }
 
+Out3 cudnn_batch_norm_backward(const at::Tensor& x, const at::Tensor& gy, const at::Tensor& w,
+                               const std::optional<at::Tensor>& rm, const std::optional<at::Tensor>& rv,
+                               const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_var,
+                               double eps, const at::Tensor& reserve) {
+  auto cudnn = [&] { return at::cuda::cudnn_batch_norm_backward(x, gy, w, rm, rv, save_mean, save_var, eps, reserve); };
+  if (reserve.numel() != 0 || g_reserve_used.load(std::memory_order_relaxed)) return cudnn();
+  return NativeBackward::call_with(cudnn, gy, x, std::optional<at::Tensor>(w), rm, rv, save_mean, save_var, true, eps,
+                                   std::array<bool, 3>{true, true, true});
+}
+
 }  // namespace
 
-bool register_cudnn_batch_norm(torch::Library& lib) {
-  lib.impl("cudnn_batch_norm", TORCH_FN(cudnn_batch_norm));
+bool register_cudnn_batch_norm(torch::Library& lib, OpId op) {
+  if (op == OpId::kBatchNorm) lib.impl("cudnn_batch_norm", TORCH_FN(cudnn_batch_norm));
+  if (op == OpId::kBatchNormBackward) lib.impl("cudnn_batch_norm_backward", TORCH_FN(cudnn_batch_norm_backward));
   return true;
 }
 

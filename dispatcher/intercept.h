@@ -101,6 +101,7 @@ struct Intercept<Op, D, Fn> {
     if constexpr (kUpdatesRunningStats<Op>) {
       if (running_stats_form(a...)) return with_running_stats(eager, a...);
     }
+    if constexpr (kTrainingIgnoresRunningStats<Op>) return serve_without_running_stats(eager, a...);
     return serve(eager, a...);
   }
 
@@ -128,6 +129,15 @@ struct Intercept<Op, D, Fn> {
       update_running_stats(std::get<0>(args), *std::get<3>(args), *std::get<4>(args), std::get<1>(r), std::get<2>(r),
                            std::get<6>(args), std::get<7>(args));
     return r;
+  }
+
+  template <class Eager> static R serve_without_running_stats(Eager& eager, A... a) {
+    auto args = std::forward_as_tuple(a...);
+    if (!std::get<7>(args)) return serve(eager, a...);   // eval reads them
+    const std::optional<at::Tensor> none;
+    return std::apply([&](const auto& gy, const auto& x, const auto& w, const auto&, const auto&, const auto&... rest) {
+      return serve(eager, gy, x, w, none, none, rest...);
+    }, args);
   }
 };
 

@@ -34,7 +34,7 @@ bool register_cuda(torch::Library& lib, OpId op) {
   cuda_hooks().stream = &current_stream;
   cuda_hooks().capturing = &capturing;
   if (!register_one(lib, op)) return false;
-  return op != OpId::kBatchNorm || register_cudnn_batch_norm(lib);
+  return register_cudnn_batch_norm(lib, op);
 }
 
 }  // namespace kc::dispatch

@@ -10,8 +10,9 @@ namespace kc::dispatch {
 bool register_cpu(torch::Library& lib, OpId op);
 #ifdef KC_WITH_CUDA
 bool register_cuda(torch::Library& lib, OpId op);
-// cudnn_batch_norm's kernel, installed with native_batch_norm's (dispatcher/cudnn_batch_norm.cpp).
-bool register_cudnn_batch_norm(torch::Library& lib);
+// cudnn_batch_norm's kernel, installed with native_batch_norm's, and cudnn_batch_norm_backward's,
+// with native_batch_norm_backward's (dispatcher/cudnn_batch_norm.cpp); nothing for other ops.
+bool register_cudnn_batch_norm(torch::Library& lib, OpId op);
 #endif
 
 }  // namespace kc::dispatch

@@ -18,6 +18,13 @@ namespace kc::dispatch {
 // running_mean, running_var, training, momentum, eps).
 template <OpId Op> constexpr bool kUpdatesRunningStats = Op == OpId::kBatchNorm;
 
+// Batch norm backward in training reads the saved statistics and never the running ones (ATen's
+// CPU and CUDA kernels), so such a call is keyed without them: one key whether or not the module
+// tracks them, the same key from native_batch_norm_backward and cudnn_batch_norm_backward. Eager
+// still gets the call as made. Argument order: grad_out, input, weight, running_mean, running_var,
+// save_mean, save_invstd, train, eps, output_mask.
+template <OpId Op> constexpr bool kTrainingIgnoresRunningStats = Op == OpId::kBatchNormBackward;
+
 // True for a training call with both running statistics and more than one value per channel
 // (with one, eager's unbiased variance divides by zero: leave that to eager).
 template <class W, class B>

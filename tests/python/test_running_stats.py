@@ -109,6 +109,34 @@ def test_one_value_per_channel_is_left_to_eager(fresh_cache):
     assert torch.equal(got_m, want_m) and torch.equal(got_v.nan_to_num(7.0), want_v.nan_to_num(7.0))
 
 
+def backward_keys(before):
+    return [k for k in kc.missed_keys() if k not in before and "native_batch_norm_backward" in k]
+
+
+def test_training_backward_is_keyed_without_the_running_statistics_it_never_reads(fresh_cache):
+    """native_batch_norm_backward in training: one key with or without running statistics; eval
+    keeps them (it reads them). Every call here is a miss, answered by eager bit for bit."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4, 3, 5, generator=g)
+    w, b = torch.rand(3, generator=g) + 0.5, torch.randn(3, generator=g)
+    for training, with_stats in [(True, True), (True, False), (False, True)]:
+        before = set(kc.missed_keys())
+        grads = []
+        for on in [True, False]:
+            xx, ww = x.clone().requires_grad_(), w.clone().requires_grad_()
+            rm, rv = (torch.zeros(3), torch.ones(3)) if with_stats else (None, None)
+            run = lambda: F.batch_norm(xx, rm, rv, ww, b, training=training).sum().backward()   # noqa: E731
+            run() if on else eager(run)
+            grads.append((xx.grad, ww.grad))
+        assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+        keys = backward_keys(before)
+        if training and not with_stats:
+            assert keys == [], keys   # the same key as with statistics: already missed
+            continue
+        assert len(keys) == 1, keys
+        assert ("running_mean=none" in keys[0]) == training, keys[0]
+
+
 CUDA_KERNEL = r"""
 extern "C" __global__ void kc_bn_train(float* y, float* mean, float* invstd, const float* x, const float* w,
                                        const float* b, long long n, long long C, long long hw, double eps) {
@@ -177,3 +205,75 @@ def test_cuda_training_batch_norm_through_cudnn_is_served_with_its_update_and_gr
     assert status()["ops"]["batch_norm"]["hits"] >= 2
     torch.testing.assert_close(bn.running_mean, ref.running_mean, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(bn.running_var, ref.running_var, rtol=1e-6, atol=1e-6)
+
+
+# Training batch norm backward for one channel per block (fp64 sums): the key's inputs in order
+# grad_out, input, weight, (running statistics absent), save_mean, save_invstd.
+CUDA_BACKWARD = r"""
+extern "C" __global__ void kc_bn_bwd(float* gx, float* gw, float* gb, const float* gy, const float* x,
+                                     const float* w, const float* mean, const float* invstd, long long n,
+                                     long long C, long long hw) {
+  __shared__ double part[2][256];
+  const long long c = blockIdx.x, m = n * hw;
+  double s = 0, q = 0;
+  for (long long k = threadIdx.x; k < m; k += blockDim.x) {
+    const long long e = (k / hw * C + c) * hw + k % hw;
+    s += gy[e];
+    q += (double)gy[e] * (x[e] - mean[c]);
+  }
+  part[0][threadIdx.x] = s;
+  part[1][threadIdx.x] = q;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o) { part[0][threadIdx.x] += part[0][threadIdx.x + o]; part[1][threadIdx.x] += part[1][threadIdx.x + o]; }
+    __syncthreads();
+  }
+  const double sum = part[0][0], dot = part[1][0], is = invstd[c];
+  if (threadIdx.x == 0) { gw[c] = (float)(dot * is); gb[c] = (float)sum; }
+  for (long long k = threadIdx.x; k < m; k += blockDim.x) {
+    const long long e = (k / hw * C + c) * hw + k % hw;
+    const double xh = (x[e] - mean[c]) * is;
+    gx[e] = (float)(w[c] * is * (gy[e] - sum / m - xh * dot * is / m));
+  }
+}
+"""
+BACKWARD_SPEC = json.dumps({"version": 1, "launches": [{
+    "entry": "kc_bn_bwd", "grid": ["size(input,1)", 1, 1], "block": [256, 1, 1], "smem": 0,
+    "args": ["ptr:out0", "ptr:out1", "ptr:out2", "ptr:grad_out", "ptr:input", "ptr:weight", "ptr:save_mean",
+             "ptr:save_invstd", "i64:size(input,0)", "i64:size(input,1)",
+             "i64:numel(input) / (size(input,0) * size(input,1))"]}]})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_training_backward_through_cudnn_is_served_under_the_native_key(fresh_cache):
+    """fp32 training backward reaches cudnn_batch_norm_backward (dispatcher/cudnn_batch_norm.cpp):
+    a miss is cuDNN's answer bit for bit; with a kernel on native_batch_norm_backward's key it is
+    served, with eager's gradients."""
+    torch.manual_seed(1)
+    bn = torch.nn.BatchNorm2d(16).cuda()
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-1, 1)
+    x = (torch.randn(4, 16, 9, 7, device="cuda") * 3 + 1).requires_grad_()
+    g = torch.randn(4, 16, 9, 7, device="cuda")
+
+    def grads():
+        x.grad = None
+        bn.zero_grad()
+        bn(x).backward(g)
+        return x.grad.clone(), bn.weight.grad.clone(), bn.bias.grad.clone()
+
+    before = set(kc.missed_keys())
+    missed = grads()
+    want = eager(grads)
+    assert all(torch.equal(a, b) for a, b in zip(missed, want))
+    keys = backward_keys(before)
+    assert len(keys) == 1 and "running_mean=none" in keys[0] and "|fp32|" in keys[0], keys
+    kc.put_kernel(keys[0], CUDA_BACKWARD, BACKWARD_SPEC)
+    kc.reset_counters()
+    for _ in range(2):
+        got = grads()
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    torch.cuda.synchronize()
+    assert status()["ops"]["batch_norm_backward"]["hits"] >= 1
