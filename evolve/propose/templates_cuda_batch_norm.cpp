@@ -222,6 +222,16 @@ std::vector<int64_t> fuse_values(const BnGeom& g) {
   return with_default(v, def);
 }
 
+// Blocks per SM of the fused launch (0: as many as fit). Its second read of a slice hits L2 only
+// if the slices being read at once fit there (the H200's L2 is 50 MB); with 128-256 KB fp32
+// slices and eight 256-thread blocks per SM they do not (fp32 instance norm, (1,1024,256,256)).
+// The cap is taken by reserving dynamic shared memory the kernel does not use.
+std::vector<int64_t> resident_values() { return {0, 1, 2, 4}; }
+int64_t reserve_smem(int64_t resident) {
+  constexpr int64_t kSmPerSm = 228 << 10, kPerBlock = 1 << 10, kStatic = 1 << 10;
+  return resident > 0 ? kSmPerSm / resident - kPerBlock - kStatic : 0;
+}
+
 std::vector<KnobDim> bn_space(const BnGeom& g) {
   std::vector<KnobDim> sp;
   auto vecs = vec_values(g.x, g.hw);
@@ -230,6 +240,7 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
   sp.push_back({"items", {4, 1, 2, 8}});
   if (g.training) sp.push_back({"bpc", channel_block_values(g.c, g.n * g.hw / vecs.back())});
   if (g.training) sp.push_back({"fuse", fuse_values(g)});
+  if (g.training) sp.push_back({"resident", resident_values()});
   return sp;
 }
 
@@ -263,6 +274,8 @@ class BatchNormTemplate : public Template {
     if (g.hw % vec != 0) return unsupported("vec " + S(vec) + " does not divide HxW (" + S(g.hw) + ")");
     const int64_t pieces = cdiv(g.hw / vec, items * nt);
     if (g.n * g.c * pieces > INT_MAX) return unsupported("too many plane pieces for one grid");
+    if (g.training && k.at("resident") > 0 && k.at("fuse") == 0)
+      return unsupported("resident caps the fused launch only");
     const std::string src = "// kernelcraft cuda.batch_norm " + std::string(dtype_name(g.x)) + " params " +
                             dtype_name(g.p) + (g.training ? " training" : " eval") + "\n" + dtype_prelude(g.x) +
                             bn_consts(g, k) + kGroupHelpers + kBnBody;
@@ -294,6 +307,7 @@ class BatchNormTemplate : public Template {
       a.insert(a.end(), wb.begin(), wb.end());
       a.insert(a.end(), {"i32:" + C, "i64:" + HWV, "i64:" + TOTV, "f32:eps"});
       ls.push_back(launch("kc_bn_fused", {C + " * " + S(cl)}, {nt}, a));
+      ls.back()["smem"] = reserve_smem(k.at("resident"));
       return {ls, json::array({{{"name", "part"}, {"bytes", C + " * " + S(cl) + " * 8"}}})};
     }
     const std::string P = S(k.at("bpc"));

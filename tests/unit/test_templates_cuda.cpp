@@ -258,6 +258,13 @@ TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   ASSERT_TRUE(ir.is_ok()) << ir.status().to_string();
   EXPECT_EQ(ir->knobs.at("fuse"), 1) << "instance norm's 256 KB planes: one block each";
   EXPECT_EQ(ir->source.find("__cluster_dims__"), std::string::npos);
+  // A residency cap reserves shared memory the fused kernel does not use; nothing to cap otherwise.
+  auto capped = cuda_template_for(in)->render(in, {{"fuse", 2}, {"resident", 2}});
+  ASSERT_TRUE(capped.is_ok()) << capped.status().to_string();
+  EXPECT_GT(capped->launch["launches"][0]["smem"].get<int64_t>(), 100 << 10);
+  EXPECT_LT(capped->launch["launches"][0]["smem"].get<int64_t>(), 114 << 10) << "two blocks must fit one SM";
+  EXPECT_EQ(ir->launch["launches"][0]["smem"].get<int64_t>(), 0);
+  EXPECT_EQ(cuda_template_for(in)->render(in, {{"fuse", 0}, {"resident", 2}}).status().code(), Code::kUnsupported);
   OpCall be = call_of({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}});
   ASSERT_EQ(be.outputs[1].numel(), 64);
   EXPECT_EQ(be.outputs[1].dtype, DType::kF32);
