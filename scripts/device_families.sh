@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine: build, the CUDA template tests of the op families, then the single-op
 # benchmark rows (benchmarks/model_shapes.py) with an offline search per key. Logs to $OUT.
-#   OUT=... scripts/device_families.sh [DTYPES] [ONLY]
+#   OUT=... [TPL_FILTER="..."] [PAR=1] [SKIP_MS=1] [MODES=fwd,fwd+bwd] scripts/device_families.sh [DTYPES] [ONLY]
 set -uo pipefail
 DT=${1:-float32}; ONLY=${2:-single-op}
 export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -27,7 +27,7 @@ wait
 cat $OUT/template_gpu_*.sum 2>/dev/null; rm -f $OUT/template_gpu_*.sum
 [ -n "${SKIP_MS:-}" ] && exit 0
 t=$(date +%s)
-timeout ${MS_S:-300} python3 benchmarks/model_shapes.py --only "$ONLY" --dtypes "$DT" --modes fwd --out $OUT/ms --lib $LIB \
+timeout ${MS_S:-300} python3 benchmarks/model_shapes.py --only "$ONLY" --dtypes "$DT" --modes "${MODES:-fwd}" --out $OUT/ms --lib $LIB \
   --cli $CLI --evolve-args "${EVOLVE_ARGS:---generations 2 --budget-s 12}" > $OUT/ms.log 2>&1
 echo "model_shapes rc=$? ($(( $(date +%s) - t )) s)"; tail -5 $OUT/ms.log; cat $OUT/ms/table.md 2>/dev/null | head -40
 for k in $($CLI --cache-dir $OUT/ms/cache --json cache ls 2>/dev/null | python3 -c 'import json,sys; [print(r["key"]) for r in json.load(sys.stdin)]'); do
