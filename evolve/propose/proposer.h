@@ -78,6 +78,10 @@ class Template : public Proposer {
   // Renders source and launch spec. kUnsupported for a knob combination that is invalid for `c`
   // (e.g. a vector width that does not divide the row); never throws.
   virtual Result<Candidate> render(const OpCall& c, const Knobs& k) const = 0;
+  // Settings besides the defaults that the search's first generation tries before random ones:
+  // the best guess of another regime whose knobs must change together (a random sample rarely
+  // finds those within a small budget). Knobs left out take their defaults.
+  virtual std::vector<Knobs> seeds(const OpCall&) const { return {}; }
 };
 
 // Every template, CUDA and CPU.

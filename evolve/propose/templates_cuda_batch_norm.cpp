@@ -264,6 +264,13 @@ class BatchNormTemplate : public Template {
     return bn_geometry(c, g) ? bn_space(g) : std::vector<KnobDim>{};
   }
 
+  // The fused launch at one or two wide blocks per SM, so that its slices fit L2 ("resident").
+  std::vector<Knobs> seeds(const OpCall& c) const override {
+    BnGeom g;
+    if (!bn_geometry(c, g) || !g.training) return {};
+    return {{{"threads", 1024}, {"resident", 1}}, {{"threads", 512}, {"resident", 2}}};
+  }
+
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
     BnGeom g;
     if (!bn_geometry(c, g)) return unsupported("cuda.batch_norm does not handle this call");

@@ -175,9 +175,16 @@ std::vector<Candidate> Search::seeds() {
   std::set<std::string> ids;
   if (templates_.empty()) return out;
   for (const Template* t : templates_) {
-    auto c = t->render(call_, default_knobs(t->space(call_)));
+    const Knobs defaults = default_knobs(t->space(call_));
+    auto c = t->render(call_, defaults);
     if (c) c.value().origin = "seed";
     take(out, std::move(c), ids);
+    for (Knobs k : t->seeds(call_)) {
+      for (const auto& [name, v] : defaults) k.emplace(name, v);
+      auto s = t->render(call_, k);
+      if (s) s.value().origin = "seed";
+      take(out, std::move(s), ids);
+    }
   }
   for (int attempt = 0; static_cast<int>(out.size()) < opt_.lambda && attempt < 50 * opt_.lambda; ++attempt) {
     const Template* t = templates_[attempt % templates_.size()];

@@ -156,6 +156,22 @@ TEST(Search, ResumesFromSavedStateWithoutRepeating) {
   for (const auto& e : b.state().tried) EXPECT_TRUE(ids.insert(e.id).second) << "repeated after resume: " << e.id;
 }
 
+TEST(Search, FirstGenerationHasTheTemplatesSeedsAfterItsDefaults) {
+  // cuda.batch_norm seeds the fused launch at one 1024-thread block per SM (templates_cuda_batch_norm.cpp).
+  auto c = make_call(OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, BackendKind::kCuda,
+                     {{"training", true}, {"running", false}, {"affine", false}});
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  c.value().key = "kc1|test|aten::native_batch_norm|in";
+  SearchOptions o;
+  o.lambda = 3;
+  Search s(c.value(), o);
+  auto batch = s.next_batch();
+  ASSERT_GE(batch.size(), 2u);
+  EXPECT_EQ(batch[1].knobs.at("threads"), 1024);
+  EXPECT_EQ(batch[1].knobs.at("resident"), 1);
+  EXPECT_EQ(batch[1].knobs.at("fuse"), batch[0].knobs.at("fuse")) << "the seed's other knobs are the defaults";
+}
+
 TEST(Search, NoTemplateFinishesAtOnce) {
   auto c = make_call(OpId::kRelu, {8, 8}, DType::kI64, BackendKind::kCpu);   // no template handles int64
   ASSERT_TRUE(c.is_ok());
