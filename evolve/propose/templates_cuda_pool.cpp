@@ -1,10 +1,16 @@
 // CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
 // _adaptive_avg_pool2d/3d (all but the global 1x1 output: templates_cuda_pool_global.cpp) over
 // dense (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t
-// axis, so one body serves all six ops (adaptive with its own window function). Each thread owns VPT consecutive outputs of one output row; sizes,
-// windows, strides, padding and dilation are kernel arguments (the lists become literal int
-// arguments at render time), so the source depends on op, dtype and knobs only. Overlapping
-// windows re-read their input from L1/L2; adjacent threads read adjacent columns (coalesced).
+// axis, so one body serves all six ops (adaptive with its own window function). Each thread owns
+// VPT outputs of one output row. Two kernels, chosen by the knob `bake`:
+//  - runtime (bake 0, the only one for adaptive): sizes, windows, strides, padding and dilation
+//    are kernel arguments, so the source depends on op, dtype and knobs only; the VPT outputs are
+//    consecutive and overlapping windows re-read their input from L1/L2;
+//  - baked (bake 1; windows of at most kMaxBakedTaps taps): the window (kernel, stride, padding,
+//    dilation, divisor) is compile-time, so the source also depends on it and every tap loop
+//    unrolls, with the knobs `il` (the VPT outputs interleaved across the warp: every load
+//    coalesced) and `regs` (consecutive outputs share one register copy of their input row span:
+//    each input element loaded once per row a thread).
 #include "evolve/ops/pool.h"
 #include "evolve/propose/templates_cuda_common.h"
 
@@ -107,7 +113,112 @@ const char* kPoolKernel = R"CU(extern "C" __global__ void __launch_bounds__(NT) 
 }
 )CU";
 
+// The baked kernel: the window constants KT..DW, DIVISOR and INCLUDE_PAD come from the render, so
+// each tap loop has a constant trip count (taps past the clipped window are skipped by a compare,
+// not a loop exit) and fully unrolls, its loads independent of each other. The same taps in the
+// same order as the runtime kernel (t, h, then w ascending), so max's first-index-on-ties and
+// last-NaN-wins and avg's fp32 sum are unchanged. Output v of a thread is column ow[v]: IL puts
+// lane l of a warp on column base + l for every v, so each load and store is coalesced; otherwise
+// the VPT columns are consecutive, which REGS needs: the row span of all VPT windows is loaded once
+// into registers, padded with the reduction's identity (-inf never beats -inf or a value and is no
+// NaN, 0 adds exactly to a sum that starts at +0), and every tap reads its register.
+const char* kPoolBakedKernel = R"CU(
+__device__ __forceinline__ void kc_take(float& acc, long long& best, float val, long long i) {
+  if constexpr (MAX) {
+    if (val > acc || val != val) { acc = val; best = i; }   // first index on ties, the last NaN wins
+  } else {
+    acc += val;
+  }
+}
+__device__ __forceinline__ void kc_row(const T* __restrict__ rp, long long base, int IW, int c0, const int* w0,
+                                       const int* w1, float* acc, long long* best) {
+  if constexpr (REGS) {
+    float r[SPAN];
+#pragma unroll
+    for (int j = 0; j < SPAN; ++j) r[j] = (unsigned)(c0 + j) < (unsigned)IW ? ld(rp[c0 + j]) : MAX ? -KC_INF : 0.f;
+#pragma unroll
+    for (int v = 0; v < VPT; ++v)
+#pragma unroll
+      for (int j = 0; j < KW; ++j) kc_take(acc[v], best[v], r[v * SW + j * DW], base + c0 + v * SW + j * DW);
+  } else {
+#pragma unroll
+    for (int v = 0; v < VPT; ++v)
+#pragma unroll
+      for (int j = 0; j < KW; ++j) {
+        const int w = w0[v] + j * DW;
+        if (w < w1[v]) kc_take(acc[v], best[v], ld(rp[w]), base + w);
+      }
+  }
+}
+extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
+    long long rows, int IT, int IH, int IW, int OT, int OH, int OW) {
+  const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
+  const long long step = GS ? (long long)gridDim.x * NT : total;
+  for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
+    long long row, plane;
+    int oc, oh, ot;
+    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (most calls)
+      const unsigned u = (unsigned)it, r = u / (unsigned)owc, r2 = r / (unsigned)OH;
+      row = r; oc = (int)(u - r * (unsigned)owc); oh = (int)(r - r2 * (unsigned)OH);
+      plane = r2 / (unsigned)OT; ot = (int)(r2 - (unsigned)plane * (unsigned)OT);
+    } else {
+      row = it / owc; oc = (int)(it - row * owc);
+      const long long r2 = row / OH;
+      oh = (int)(row - r2 * OH); plane = r2 / OT; ot = (int)(r2 - plane * OT);
+    }
+    const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
+    int t0, t1, tn, h0, h1, hn, ow[VPT], w0[VPT], w1[VPT], wn[VPT];
+    kc_win(ot, ST, PT, KT, DT, IT, t0, t1, tn);
+    kc_win(oh, SH, PH, KH, DH, IH, h0, h1, hn);
+    float acc[VPT];
+    long long best[VPT];
+#pragma unroll
+    for (int v = 0; v < VPT; ++v) {
+      ow[v] = IL ? oc + v * (int)owc : oc * VPT + v;
+      kc_win(min(ow[v], OW - 1), SW, PW, KW, DW, IW, w0[v], w1[v], wn[v]);
+      acc[v] = MAX ? -KC_INF : 0.f;
+      best[v] = ((long long)t0 * IH + h0) * IW + w0[v];   // eager's index when nothing beats -inf
+    }
+#pragma unroll
+    for (int jt = 0; jt < KT; ++jt) {
+      const int t = t0 + jt * DT;
+#pragma unroll
+      for (int jh = 0; jh < KH; ++jh) {
+        const int h = h0 + jh * DH;
+        if (t >= t1 || h >= h1) continue;
+        const long long base = ((long long)t * IH + h) * IW;
+        kc_row(xp + base, base, IW, oc * VPT * SW - PW, w0, w1, acc, best);
+      }
+    }
+    const long long ob = row * OW;
+#pragma unroll
+    for (int v = 0; v < VPT; ++v) {
+      if (ow[v] >= OW) continue;
+      if constexpr (MAX) {
+        out[ob + ow[v]] = st(acc[v]);
+        KC_IDX_STORE(ob + ow[v], best[v]);
+      } else {
+        const int cnt = DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn * wn[v] : (t1 - t0) * (h1 - h0) * (w1[v] - w0[v]);
+        out[ob + ow[v]] = st(acc[v] / (float)cnt);
+      }
+    }
+  }
+}
+)CU";
+
 bool is_max(OpId op) { return op == OpId::kMaxPool2d || op == OpId::kMaxPool3d; }
+
+// Registers the REGS row span may take (floats a thread).
+constexpr int64_t kMaxSpan = 32;
+
+// Adaptive windows vary in length, and a window of more taps than this would unroll into a
+// kernel slow to compile for little gain (its loop overhead is already amortized): those calls
+// get the runtime kernel only.
+constexpr int64_t kMaxBakedTaps = 64;
+bool bakeable(const PoolGeom& g) { return !g.adaptive && g.k[0] * g.k[1] * g.k[2] <= kMaxBakedTaps; }
+
+// The input columns one row of VPT consecutive windows covers along W.
+int64_t row_span(const PoolGeom& g, int64_t vpt) { return (vpt - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1; }
 
 class PoolTemplate : public Template {
  public:
@@ -119,8 +230,20 @@ class PoolTemplate : public Template {
     if (!handles(c, g)) return {};
     // Outputs a thread owns along W; wider rows amortize the index math over more outputs.
     std::vector<int64_t> vpt = {1};
-    for (int64_t v : {2, 4}) if (g.out[2] >= v) vpt.push_back(v);
-    return {{"threads", {256, 128, 512, 64, 1024}}, {"vpt", vpt}, {"gs", {0, 1}}};
+    for (int64_t v : {2, 4, 8}) if (g.out[2] >= v && (v < 8 || bakeable(g))) vpt.push_back(v);
+    if (!bakeable(g)) return {{"threads", {256, 128, 512, 64, 1024}}, {"vpt", vpt}, {"gs", {0, 1}}};
+    // Default: the baked kernel, 2 interleaved outputs a thread, no register span. Large 3d pools
+    // are bound by how many loads are in flight and by L1 wavefronts, not by DRAM: the unrolled
+    // taps give a thread 2 * k^3 independent loads, interleaving keeps each warp load on one or
+    // two 128-byte lines, and the overlap of stride-2 windows is served by L1 (a register span
+    // saves loads there but spreads a warp load over VPT * stride times as many lines).
+    // Two outputs amortize the plane / row index math without costing occupancy at 256 threads.
+    // REGS is offered where windows overlap along W (stride below the window's extent).
+    std::vector<KnobDim> sp = {{"bake", {1, 0}}, {"threads", {256, 128, 512, 64, 1024}},
+                               {"vpt", with_default(vpt, vpt.size() > 1 ? 2 : 1)}, {"il", {1, 0}}};
+    sp.push_back({"regs", g.s[2] < row_span(g, 1) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}});
+    sp.push_back({"gs", {0, 1}});
+    return sp;
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
@@ -128,10 +251,17 @@ class PoolTemplate : public Template {
     if (sp.empty()) return unsupported("cuda.pool does not handle this call");
     auto kr = pick(sp, kin);
     if (!kr.is_ok()) return kr.status();
-    const Knobs k = kr.value();
+    Knobs k = kr.value();
     PoolGeom g;
     handles(c, g);
+    const bool bake = k.count("bake") && k.at("bake");
+    // Knobs a variant ignores take one value, so equal kernels have equal ids: the runtime kernel
+    // and a single output have no layout, and a register span needs consecutive outputs.
+    if (k.count("bake") && (!bake || k.at("vpt") == 1)) k["il"] = k["regs"] = 0;
+    if (k.count("regs") && k.at("regs")) k["il"] = 0;
     const int64_t nt = k.at("threads"), vpt = k.at("vpt");
+    if (bake && k.at("regs") && row_span(g, vpt) > kMaxSpan)
+      return unsupported("a row span of " + S(row_span(g, vpt)) + " inputs does not fit the registers");
     const bool gs = k.at("gs") != 0, mx = is_max(c.op);
     const int64_t items = g.planes * g.out[0] * g.out[1] * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
@@ -140,9 +270,31 @@ class PoolTemplate : public Template {
     std::string src = "// kernelcraft cuda.pool " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
                       (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
+                      (bake ? baked_consts(g, k) : "") +
                       (mx ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
-                      (g.adaptive ? kAdaptiveWin : kPoolWin) + with_entry(kPoolKernel, entry);
+                      (g.adaptive ? kAdaptiveWin : kPoolWin) + with_entry(bake ? kPoolBakedKernel : kPoolKernel, entry);
+    const std::string its = "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
+    const std::string grid = gs ? "min(ceil_div(" + its + ", " + S(nt) + "), " + S(kSms * (2048 / nt)) + ")"
+                                : "ceil_div(" + its + ", " + S(nt) + ")";
+    return make_candidate(name(), k, std::move(src), json::array({launch(entry, {grid}, {nt}, launch_args(g, mx, bake))}));
+  }
+
+ private:
+  // The baked kernel's compile-time window, per axis t, h, w.
+  static std::string baked_consts(const PoolGeom& g, const Knobs& k) {
+    std::string s;
+    const std::pair<const char*, const int64_t*> lists[] = {{"K", g.k}, {"S", g.s}, {"P", g.p}, {"D", g.d}};
+    for (const auto& [n, v] : lists)
+      s += std::string("constexpr int ") + n + "T = " + S(v[0]) + ", " + n + "H = " + S(v[1]) + ", " + n + "W = " + S(v[2]) + ";\n";
+    return s + "constexpr int DIVISOR = " + S(g.divisor) + ", INCLUDE_PAD = " + (g.count_include_pad ? "1" : "0") +
+           ";\nconstexpr bool IL = " + (k.at("il") ? "true" : "false") + ", REGS = " + (k.at("regs") ? "true" : "false") +
+           ";\nconstexpr int SPAN = (VPT - 1) * SW + (KW - 1) * DW + 1;\n";
+  }
+
+  // Outputs, input, rows, the input's and output's (t, h, w) sizes, and for the runtime kernel the
+  // window lists, the divisor and count_include_pad.
+  static std::vector<std::string> launch_args(const PoolGeom& g, bool mx, bool bake) {
     std::vector<std::string> args = {"ptr:out0"};
     if (mx) args.push_back("ptr:out1");
     args.push_back("ptr:self");
@@ -153,6 +305,7 @@ class PoolTemplate : public Template {
       args.push_back("i32:size(" + std::string(t) + ", -2)");
       args.push_back("i32:size(" + std::string(t) + ", -1)");
     }
+    if (bake) return args;
     // The window lists, resolved per axis at render time (the spec cannot index a list scalar).
     for (const int64_t* v : {g.k, g.s, g.p, g.d})
       for (int a = 0; a < 3; ++a)
@@ -162,13 +315,9 @@ class PoolTemplate : public Template {
           args.push_back("i32:" + S(v[a]));
     args.push_back("i32:" + S(g.divisor));
     args.push_back(std::string("i32:") + (g.count_include_pad ? "1" : "0"));
-    const std::string its = "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
-    const std::string grid = gs ? "min(ceil_div(" + its + ", " + S(nt) + "), " + S(kSms * (2048 / nt)) + ")"
-                                : "ceil_div(" + its + ", " + S(nt) + ")";
-    return make_candidate(name(), k, std::move(src), json::array({launch(entry, {grid}, {nt}, args)}));
+    return args;
   }
 
- private:
   static bool handles(const OpCall& c, PoolGeom& g) {
     if (c.backend != BackendKind::kCuda || op_info(c.op).family != OpFamily::kPool || !c.dense()) return false;
     if (c.inputs.empty() || !c.inputs[0].defined || !elem_dtype(c.inputs[0].dtype) || c.inputs[0].numel() == 0) return false;

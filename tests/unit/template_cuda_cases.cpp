@@ -94,16 +94,25 @@ std::vector<Case> cases() {
   v.push_back({OpId::kBatchNormBackward, {3, 5, 7}, DType::kF16, {{"train", true}, {"affine", false}}});
   v.push_back({OpId::kBatchNormBackward, {2, 4, 3, 3}, DType::kF32, {{"train", true}, {"output_mask", {0, 1, 1}}}});
   v.push_back({OpId::kBatchNormBackward, {2, 4, 3, 3}, DType::kF16, {{"train", false}, {"output_mask", {1, 0, 0}}}});
-  // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override.
+  // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override;
+  // extras: every kernel (runtime, baked with interleaved, consecutive or register-span outputs)
+  // at every output count is compiled on some call, whatever the sample draws.
   const json p3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
-  v.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}, 6});
-  v.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, DType::kBF16, p3, 3});
-  v.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 6});
-  v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3});
-  v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}});
-  v.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}});
+  v.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}, 6,
+               {{{"bake", 0}}, {{"vpt", 8}, {"il", 0}}, {{"vpt", 4}, {"regs", 1}}, {{"vpt", 1}}}});
+  v.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, DType::kBF16, p3, 3,
+               {{{"vpt", 8}, {"regs", 1}}, {{"vpt", 4}, {"il", 0}}, {{"bake", 0}, {"vpt", 8}}}});
+  v.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 6,
+               {{{"vpt", 8}, {"regs", 1}}, {{"vpt", 2}, {"regs", 1}, {"threads", 1024}}}});
+  v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3,
+               {{{"il", 0}}, {{"vpt", 8}}}});
+  v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}, 2,
+               {{{"vpt", 4}}, {{"vpt", 4}, {"il", 0}}}});
+  v.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}, 2,
+               {{{"vpt", 4}, {"il", 0}}}});
   v.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
-                                                              {"ceil_mode", true}, {"count_include_pad", false}}});
+                                                              {"ceil_mode", true}, {"count_include_pad", false}}, 2,
+               {{{"vpt", 2}, {"regs", 1}}, {{"vpt", 4}}}});
   // Adaptive (window and global kernels) and pooling backward: the measured shapes, each dtype.
   v.push_back({OpId::kAdaptiveAvgPool2d, {32, 2048, 7, 7}, DType::kBF16, {{"output_size", 1}}, 3});
   v.push_back({OpId::kAdaptiveAvgPool3d, {4, 64, 16, 32, 32}, DType::kF32, {{"output_size", 1}}, 6});

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evolve/propose/proposer.h"
 #include "runtime/ops.h"
 #include "runtime/tensor_meta.h"
 
@@ -19,7 +20,8 @@ struct Case {
   std::vector<int64_t> sizes;
   DType dt;
   json args;
-  int samples = 2;   // random knob settings besides the defaults
+  int samples = 2;                // random knob settings besides the defaults
+  std::vector<Knobs> extra = {};  // settings that must be covered (compiled) whatever the sample
 };
 
 std::string describe(const Case& k);

@@ -195,6 +195,42 @@ TEST(TemplatesCuda, IrrelevantKnobsAreCanonical) {
   EXPECT_EQ(a->knobs.at("rows"), 1);
 }
 
+// cuda.pool: the baked kernel is the default (window in the source, not in the arguments), the
+// runtime kernel stays reachable, knobs a variant ignores are canonical, a register span too wide
+// for the registers is kUnsupported, and adaptive calls offer the runtime kernel only.
+TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
+  const json m3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}};
+  OpCall c = call_of({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, m3});
+  const Template* t = cuda_template_for(c);
+  ASSERT_NE(t, nullptr);
+  auto def = t->render(c, {});
+  ASSERT_TRUE(def.is_ok()) << def.status().to_string();
+  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"threads", 256}, {"vpt", 2}}));
+  EXPECT_NE(def->source.find("constexpr int KT = 3, KH = 3, KW = 3;"), std::string::npos);
+  EXPECT_NE(def->source.find("constexpr int DT = 3, DH = 3, DW = 3;"), std::string::npos);
+  // Outputs, input, rows and six sizes; the runtime kernel adds 12 window values, divisor, pad flag.
+  EXPECT_EQ(def->launch["launches"][0]["args"].size(), 10u);
+  auto rt = t->render(c, {{"bake", 0}, {"il", 0}, {"regs", 1}});
+  auto rt2 = t->render(c, {{"bake", 0}, {"il", 1}, {"regs", 0}});
+  ASSERT_TRUE(rt.is_ok() && rt2.is_ok());
+  EXPECT_EQ(rt->id(), rt2->id());
+  EXPECT_EQ(rt->source.find("constexpr int KT"), std::string::npos);
+  EXPECT_EQ(rt->launch["launches"][0]["args"].size(), 24u);
+  auto span = t->render(c, {{"regs", 1}, {"il", 1}});
+  ASSERT_TRUE(span.is_ok());
+  EXPECT_EQ(span->knobs.at("il"), 0);   // a register span needs consecutive outputs
+
+  OpCall wide = call_of({OpId::kMaxPool2d, {1, 1, 4, 200}, DType::kF32,
+                         {{"kernel_size", {1, 8}}, {"stride", {1, 2}}, {"dilation", {1, 4}}}});
+  auto too_wide = t->render(wide, {{"regs", 1}, {"vpt", 4}});   // 3 * 2 + 7 * 4 + 1 = 35 registers
+  ASSERT_FALSE(too_wide.is_ok());
+  EXPECT_EQ(too_wide.status().code(), Code::kUnsupported);
+  EXPECT_TRUE(t->render(wide, {{"regs", 1}, {"vpt", 2}}).is_ok());
+
+  OpCall ad = call_of({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}});
+  for (const auto& d : t->space(ad)) EXPECT_TRUE(d.name != "bake" && d.name != "il" && d.name != "regs") << d.name;
+}
+
 TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   for (const json& a : {json{{"affine", false}}, json{{"bias", false}}}) {
     OpCall c = call_of({OpId::kLayerNorm, {8, 64}, DType::kF32, a});
@@ -344,11 +380,13 @@ TEST(TemplatesCuda, SampledKnobsRenderResolveAndCompile) {
     for (const auto& d : sp) ASSERT_FALSE(d.values.empty()) << describe(k) << " knob " << d.name;
     Binding b = c.binding();
     auto sample_knobs = sample(sp, seed, k.samples);
+    sample_knobs.insert(sample_knobs.end(), k.extra.begin(), k.extra.end());
     for (size_t i = 0; i < sample_knobs.size(); ++i) {
       const Knobs& kn = sample_knobs[i];
       auto r = t->render(c, kn);
       if (!r.is_ok()) {
         ASSERT_NE(i, 0u) << describe(k) << ": the default knobs must render: " << r.status().to_string();
+        ASSERT_LE(i, static_cast<size_t>(k.samples)) << describe(k) << ": extra settings must render: " << r.status().to_string();
         ASSERT_EQ(r.status().code(), Code::kUnsupported) << describe(k) << ": " << r.status().to_string();
         ++unsupported;
         continue;
