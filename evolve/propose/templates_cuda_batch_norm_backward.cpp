@@ -186,8 +186,7 @@ std::string bnb_consts(const BnbGeom& g, const Knobs& k) {
   std::string s = "constexpr int NT = " + S(k.at("threads")) + ", G = NT, VEC = " + S(k.at("vec")) +
                   ", ITEMS = " + S(k.count("items") ? k.at("items") : 1) + ";\n";
   s += affine_prelude(g.p, g.has_w, false);
-  s += g.p == DType::kF32 ? "__device__ __forceinline__ float stp(float v) { return v; }\n"
-                          : "__device__ __forceinline__ PT stp(float v) { return st(v); }\n";
+  s += param_store(g.p);
   if (g.train) {
     s += "#define KC_STAT_PARAMS , const float* __restrict__ sm, const float* __restrict__ si\n"
          "#define KC_STAT(c, m, is) const float m = sm[c], is = si[c]\n";
@@ -195,13 +194,7 @@ std::string bnb_consts(const BnbGeom& g, const Knobs& k) {
     s += "#define KC_STAT_PARAMS , const PT* __restrict__ rm, const PT* __restrict__ rv, float eps\n"
          "#define KC_STAT(c, m, is) const float m = ldp(rm[c]), is = 1.f / sqrtf(ldp(rv[c]) + eps)\n";
   }
-  s += std::string("constexpr bool GW = ") + (g.gw ? "true" : "false") + ", GB = " + (g.gb ? "true" : "false") + ";\n";
-  std::string params = "#define KC_G_PARAMS", locals = "#define KC_G_LOCALS";
-  for (const auto& [n, on] : {std::pair<const char*, bool>{"gw", g.gw}, {"gb", g.gb}}) {
-    if (on) params += std::string(" , PT* __restrict__ ") + n;
-    else locals += std::string(" PT* ") + n + " = nullptr; (void)" + n + ";";
-  }
-  return s + params + "\n" + locals + "\n";
+  return s + grad_wb_params(g.gw, g.gb);
 }
 
 class BatchNormBackwardTemplate : public Template {

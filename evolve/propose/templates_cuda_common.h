@@ -286,6 +286,24 @@ inline std::string affine_prelude(DType p, bool has_w, bool has_b) {
   return s + params + "\n" + locals + "\n";
 }
 
+// stp(): a float stored as the parameter type PT (affine_prelude), for parameter gradients.
+inline std::string param_store(DType p) {
+  return p == DType::kF32 ? "__device__ __forceinline__ float stp(float v) { return v; }\n"
+                          : "__device__ __forceinline__ PT stp(float v) { return st(v); }\n";
+}
+
+// The optional parameter gradients (batch and group norm backward): GW / GB and KC_G_PARAMS /
+// KC_G_LOCALS, outputs gw and gb of type PT for the requested ones, nullptr locals for the others.
+inline std::string grad_wb_params(bool gw, bool gb) {
+  std::string s = std::string("constexpr bool GW = ") + (gw ? "true" : "false") + ", GB = " + (gb ? "true" : "false") + ";\n";
+  std::string params = "#define KC_G_PARAMS", locals = "#define KC_G_LOCALS";
+  for (const auto& [n, on] : {std::pair<const char*, bool>{"gw", gw}, {"gb", gb}}) {
+    if (on) params += std::string(" , PT* __restrict__ ") + n;
+    else locals += std::string(" PT* ") + n + " = nullptr; (void)" + n + ";";
+  }
+  return s + params + "\n" + locals + "\n";
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // Layer norm geometry and parameter lists, shared by the forward and backward templates.

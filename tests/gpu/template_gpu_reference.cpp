@@ -363,6 +363,7 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   if (c.op == OpId::kGroupNorm) return group_norm(c, in);
   if (c.op == OpId::kBatchNorm) return batch_norm(c, in);
   if (c.op == OpId::kBatchNormBackward) return batch_norm_backward(c, in);
+  if (c.op == OpId::kGroupNormBackward) return group_norm_backward(c, in);
   if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
   if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
   if (op_info(c.op).family == OpFamily::kReduction) {   // tests/unit/reduction_reference.h
@@ -426,6 +427,8 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
            : t.name == "input" ? (ch % 4 == 3 ? 100.0 : 3.0 * (ch % 3)) + (1 + ch % 2) * nd(rng)
                                : nd(rng);
     }
+  } else if (fam == OpFamily::kGroupNormBackward) {
+    v = group_norm_backward_input(c, t, rng);
   } else if (fam == OpFamily::kPoolBackward) {   // grad_output and self normal; indices: argmax_indices
     for (auto& x : v) x = nd(rng);
   } else if (fam == OpFamily::kPool) {   // normal values, and NaN / -inf now and then (eager's order)

@@ -89,6 +89,10 @@ std::vector<Expect> layer_norm(const OpCall& c, const std::map<std::string, Vec>
 // Batch norm backward (template_gpu_batch_norm_backward.cpp), from the given saved or running
 // statistics (the formula holds for any; the drawn save_invstd is positive).
 std::vector<Expect> batch_norm_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+// Group norm backward (template_gpu_group_norm_backward.cpp), from the given mean and rstd (the
+// formula holds for any): its references, and one input's values (before rounding).
+std::vector<Expect> group_norm_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+Vec group_norm_backward_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 // The loss families (template_gpu_loss.cpp): one input's values (before rounding), references.
 Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);

@@ -71,7 +71,7 @@ def test_gradcheck_through_intercepted_ops(fresh_cache):
 
 
 def test_new_activation_and_norm_backward_identical_to_eager(fresh_cache):
-    """The [5/7] backward operators (activations; group norm, pooling and scans run their own
+    """The [5/7] backward operators (activations, group norm's; pooling and scans run their own
     eager backward through autograd) are caught on a miss and change nothing."""
     torch.manual_seed(0)
     x = torch.randn(4, 6, 10, 10, requires_grad=True)
@@ -91,7 +91,7 @@ def test_new_activation_and_norm_backward_identical_to_eager(fresh_cache):
         return out.detach(), x.grad.clone()
 
     caught_and_eager(grad, ["leaky_relu_backward", "elu_backward", "hardtanh_backward", "hardsigmoid_backward",
-               "hardswish_backward", "softplus_backward", "mish_backward", "group_norm", "cumsum",
+               "hardswish_backward", "softplus_backward", "mish_backward", "group_norm", "group_norm_backward", "cumsum",
                "max_pool2d", "avg_pool2d", "sum", "mean", "amax", "var", "vector_norm", "std_mean", "max", "min",
                "prod"])
 
@@ -158,3 +158,18 @@ def test_batch_norm_training_backward_falls_back_bit_identically(fresh_cache):
         return [xs.grad, ws.grad, bs.grad]
 
     caught_and_eager(grads, ["batch_norm_backward"])
+
+
+def test_group_norm_backward_falls_back_bit_identically(fresh_cache):
+    """F.group_norm with a weight and bias on the CPU: native_group_norm_backward is intercepted (a
+    miss) and, with nothing served, its three gradients are eager's bit for bit."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 5, 5)
+    w, b = torch.randn(6), torch.randn(6)
+
+    def grads():
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        F.group_norm(xs, 3, ws, bs).pow(2).sum().backward()
+        return [xs.grad, ws.grad, bs.grad]
+
+    caught_and_eager(grads, ["group_norm", "group_norm_backward"])

@@ -25,7 +25,8 @@ inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
     case OpFamily::kLayerNorm:
     case OpFamily::kLayerNormBackward: p.args["normalized_shape"] = {cols}; break;
     case OpFamily::kBatchNorm: p.args["running"] = false; break;
-    case OpFamily::kGroupNorm: p.args["group"] = 2; p.sizes = {rows, 4, cols}; break;
+    case OpFamily::kGroupNorm:
+    case OpFamily::kGroupNormBackward: p.args["group"] = 2; p.sizes = {rows, 4, cols}; break;
     case OpFamily::kPool:
     case OpFamily::kPoolBackward:   // self's sizes; the backward's grad_output follows from them
       p.sizes = pool_op(info.id)->nd == 3 ? std::vector<int64_t>{2, 3, 4, 6, cols} : std::vector<int64_t>{2, 3, rows, cols};

@@ -172,6 +172,29 @@ std::vector<Case> batch_norm_backward_cases() {
   return v;
 }
 
+// Group norm backward: with and without a weight, every output mask, one group, one channel per
+// group, HxW = 1, a long row (1, 4, 70001) and offset inputs (x - mean).
+std::vector<Case> group_norm_backward_cases() {
+  struct GnShape {
+    std::vector<int64_t> sizes;
+    int64_t group;
+    double offset;
+  };
+  const std::vector<GnShape> shapes = {{{2, 6, 5}, 3, 0.5}, {{3, 8, 7, 9}, 4, 100}, {{1, 4, 70001}, 2, 4},
+                                       {{4, 6}, 2, -3},     {{2, 5, 3, 3}, 1, 0.5},  {{2, 4, 11}, 4, 100}};
+  std::vector<Case> v;
+  for (const auto& s : shapes)
+    for (bool affine : {true, false}) {
+      const std::string label = std::string("group_norm_backward-") + (affine ? "w/" : "none/") + shape_str(s.sizes) + "/g" +
+                                std::to_string(s.group);
+      v.push_back({label, cpu_call(OpId::kGroupNormBackward, s.sizes, {{"group", s.group}, {"affine", affine}}), s.offset});
+    }
+  for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}, json{0, 1, 0}})
+    v.push_back({std::string("group_norm_backward-mask") + mask.dump(),
+                 cpu_call(OpId::kGroupNormBackward, {2, 6, 17}, {{"group", 3}, {"output_mask", mask}}), 2});
+  return v;
+}
+
 // Pooling: 2d and 3d, batched and not, padding, dilation, ceil mode (a last window clipped and one
 // dropped), count_include_pad off, divisor_override, broadcast lists and the empty stride.
 std::vector<Case> pool_cases() {

@@ -132,7 +132,8 @@ Buffers make_inputs(const Case& cs) {
         for (auto& x : v) x = c.op == OpId::kSigmoidBackward ? ud(rng) : 2.f * ud(rng) - 1.f;
       }
     }
-    if ((t.name == "self" && fam == OpFamily::kSoftmax) || (t.name == "input" && (fam == OpFamily::kLayerNorm || fam == OpFamily::kGroupNorm || fam == OpFamily::kBatchNorm || fam == OpFamily::kBatchNormBackward))) {
+    if ((t.name == "self" && fam == OpFamily::kSoftmax) || (t.name == "input" && (fam == OpFamily::kLayerNorm || fam == OpFamily::kGroupNorm || fam == OpFamily::kBatchNorm || fam == OpFamily::kBatchNormBackward ||
+                                       fam == OpFamily::kGroupNormBackward))) {
       for (auto& x : v) x = 2.f * x + static_cast<float>(cs.offset);
       if (cs.nan_row) v[3 * t.sizes.back() + 17] = NAN;
     }
@@ -170,6 +171,7 @@ Buffers make_inputs(const Case& cs) {
     }
   }
   if (c.op == OpId::kBatchNormBackward) cpu_ref::batch_norm_backward_inputs(c, b);
+  if (c.op == OpId::kGroupNormBackward) cpu_ref::group_norm_backward_inputs(c, b);
   if (c.op == OpId::kMaxPool2dBackward || c.op == OpId::kMaxPool3dBackward) cpu_ref::argmax_indices(c, b);
   return b;
 }

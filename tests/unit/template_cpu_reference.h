@@ -32,6 +32,11 @@ void loss_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 void batch_norm_backward_inputs(const OpCall& c, Buffers& b);
 void batch_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 
+// Group norm backward (template_cpu_group_norm_backward.cpp): mean / rstd as the forward saves
+// them, and the references of grad_input, grad_weight and grad_bias.
+void group_norm_backward_inputs(const OpCall& c, Buffers& b);
+void group_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);
 // Pooling backward (template_cpu_reference_pool.cpp): grad_input by the scatter of the definition.

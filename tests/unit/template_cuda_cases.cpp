@@ -94,6 +94,16 @@ std::vector<Case> cases() {
   v.push_back({OpId::kBatchNormBackward, {3, 5, 7}, DType::kF16, {{"train", true}, {"affine", false}}});
   v.push_back({OpId::kBatchNormBackward, {2, 4, 3, 3}, DType::kF32, {{"train", true}, {"output_mask", {0, 1, 1}}}});
   v.push_back({OpId::kBatchNormBackward, {2, 4, 3, 3}, DType::kF16, {{"train", false}, {"output_mask", {1, 0, 0}}}});
+  // Group norm backward: the measured (16, 64, 256, 256) shape with 8 groups per dtype (several
+  // blocks per plane), U-Net shapes, no weight, masks without grad_input or with it alone, HxW = 1.
+  v.push_back({OpId::kGroupNormBackward, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6});
+  v.push_back({OpId::kGroupNormBackward, {16, 64, 256, 256}, DType::kBF16, {{"group", 8}}, 3});
+  v.push_back({OpId::kGroupNormBackward, {8, 320, 64, 64}, DType::kF16, {{"group", 32}}, 3});
+  v.push_back({OpId::kGroupNormBackward, {8, 1280, 16, 16}, DType::kBF16, {{"group", 32}, {"param_dtype", "f32"}}, 2});
+  v.push_back({OpId::kGroupNormBackward, {3, 6, 7}, DType::kF16, {{"group", 3}, {"affine", false}}});
+  v.push_back({OpId::kGroupNormBackward, {2, 4, 3, 3}, DType::kF32, {{"group", 2}, {"output_mask", {0, 1, 1}}}});
+  v.push_back({OpId::kGroupNormBackward, {2, 4, 3, 3}, DType::kBF16, {{"group", 4}, {"output_mask", {1, 0, 0}}}});
+  v.push_back({OpId::kGroupNormBackward, {4, 6}, DType::kF32, {{"group", 3}}});
   // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override;
   // extras: every kernel (runtime, baked with interleaved, consecutive or register-span outputs)
   // at every output count is compiled on some call, whatever the sample draws.

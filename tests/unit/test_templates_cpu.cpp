@@ -105,6 +105,22 @@ TEST(CpuTemplates, BatchNormBackward) {
   for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(nw).empty()) << t->name();
 }
 
+TEST(CpuTemplates, GroupNormBackward) {
+  Stats st = run_family(group_norm_backward_cases(), "cpu.group_norm_backward");
+  EXPECT_GT(st.ran, 30);
+  EXPECT_TRUE(st.both("simd"));
+  // grad_weight without a weight: eager refuses the call, so it has no outputs to serve.
+  EXPECT_FALSE(make_call(OpId::kGroupNormBackward, {2, 4, 3}, DType::kF32, BackendKind::kCpu,
+                         {{"group", 2}, {"affine", false}, {"output_mask", {1, 1, 0}}}).is_ok());
+  // A reduced-precision input with fp32 parameters saved fp32 statistics (mixed type).
+  auto mixed = make_call(OpId::kGroupNormBackward, {2, 4, 3}, DType::kBF16, BackendKind::kCpu, {{"group", 2}, {"param_dtype", "f32"}});
+  ASSERT_TRUE(mixed.is_ok());
+  EXPECT_EQ(mixed->inputs[2].dtype, DType::kF32);
+  EXPECT_EQ(mixed->outputs[0].dtype, DType::kBF16);
+  EXPECT_EQ(mixed->outputs[1].dtype, DType::kF32);
+  for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(mixed.value()).empty()) << t->name();
+}
+
 TEST(CpuTemplates, Scan) {
   Stats st = run_family(scan_cases(), "cpu.scan");
   EXPECT_GT(st.ran, 150);
@@ -166,7 +182,7 @@ TEST(CpuTemplates, LayerNormBackward) {
 // and the source passes the static check. Up to 160 settings per call, no compiling.
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
-  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &batch_norm_backward_cases, &scan_cases,
+  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &batch_norm_backward_cases, &group_norm_backward_cases, &scan_cases,
                   &reduction_cases, &loss_cases, &loss_backward_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
