@@ -32,6 +32,11 @@ void loss_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 void batch_norm_backward_inputs(const OpCall& c, Buffers& b);
 void batch_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 
+// Embedding backward (template_cpu_embedding_backward.cpp): indices with repeats, padding_idx and
+// out-of-range values (int64: two floats an element, int32: one), and the reference.
+void embedding_backward_inputs(const OpCall& c, Buffers& b, uint64_t seed);
+void embedding_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);
 // Pooling backward (template_cpu_reference_pool.cpp): grad_input by the scatter of the definition.
