@@ -20,7 +20,7 @@ family() {
   { echo "Gpu.$f rc=$? ($(( $(date +%s) - t )) s) $(grep -E 'candidates checked' $OUT/template_gpu_$f.txt | tail -1)"
     grep -E "Failure|FAILED|error" -A3 $OUT/template_gpu_$f.txt | head -12; } > $OUT/template_gpu_$f.sum
 }
-for f in ${TPL_FILTER:-Unary UnaryBackward Scan GroupNorm Pool BatchNorm Reduction PoolBackward Loss LossBackward}; do
+for f in ${TPL_FILTER:-Unary UnaryBackward Scan GroupNorm Pool BatchNorm Reduction PoolBackward Loss LossBackward EmbeddingBackward}; do
   if [ -n "${PAR:-}" ]; then family $f & else family $f; fi
 done
 wait

@@ -35,6 +35,9 @@
 //   cpu.group_norm_backward  native_group_norm_backward: per-plane sums in double, per (n, group)
 //                        row coefficients, per-channel grads in order of n, then grad_input over
 //                        planes; planes, unroll, simd (templates_cpu_group_norm_backward.cpp)
+//   cpu.embedding_backward  embedding_dense_backward: a stable bucket list of positions per row,
+//                        then each row summed in position order; rows, simd
+//                        (templates_cpu_embedding_backward.cpp)
 //   cpu.pool             pooling forward, adaptive included: rows, acc (templates_cpu_pool.cpp)
 //   cpu.pool_backward    pooling backward as a gather over the windows holding each input
 //                        element: rows, acc (templates_cpu_pool_backward.cpp)
@@ -66,6 +69,7 @@ const Template* cpu_loss_template();
 const Template* cpu_loss_backward_template();
 const Template* cpu_batch_norm_backward_template();
 const Template* cpu_group_norm_backward_template();
+const Template* cpu_embedding_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
@@ -74,7 +78,7 @@ const std::vector<const Template*>& cpu_templates() {
                                                  cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template(),
                                                  cpu_pool_backward_template(),
                                                  cpu_loss_template(), cpu_loss_backward_template(),
-                                                 cpu_batch_norm_backward_template(), cpu_group_norm_backward_template()};
+                                                 cpu_batch_norm_backward_template(), cpu_group_norm_backward_template(), cpu_embedding_backward_template()};
   return v;
 }
 

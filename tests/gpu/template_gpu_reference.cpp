@@ -364,6 +364,7 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   if (c.op == OpId::kBatchNorm) return batch_norm(c, in);
   if (c.op == OpId::kBatchNormBackward) return batch_norm_backward(c, in);
   if (c.op == OpId::kGroupNormBackward) return group_norm_backward(c, in);
+  if (c.op == OpId::kEmbeddingBackward) return embedding_backward(c, in);
   if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
   if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
   if (op_info(c.op).family == OpFamily::kReduction) {   // tests/unit/reduction_reference.h
@@ -449,6 +450,8 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
     }
   } else if (fam == OpFamily::kLoss || fam == OpFamily::kLossBackward) {
     v = loss_input(c, t, rng);
+  } else if (fam == OpFamily::kEmbeddingBackward) {
+    v = embedding_input(c, t, rng);
   } else if (fam == OpFamily::kSoftmaxBackward) {
     const int64_t L = t.sizes.back();
     if (t.name == "grad_output") {

@@ -33,9 +33,9 @@ struct Host {
       } else if (dt == DType::kF32) {
         float f = static_cast<float>(v[i]);
         std::memcpy(&b[i * 4], &f, 4);
-      } else if (dt == DType::kI64) {   // class targets (nll)
-        const int64_t q = static_cast<int64_t>(v[i]);
-        std::memcpy(&b[i * 8], &q, 8);
+      } else if (dt == DType::kI32) {   // embedding indices
+        const int32_t q = static_cast<int32_t>(v[i]);
+        std::memcpy(&b[i * 4], &q, 4);
       } else {
         uint16_t h = dt == DType::kF16 ? to_f16(static_cast<float>(v[i])) : to_bf16(static_cast<float>(v[i]));
         std::memcpy(&b[i * 2], &h, 2);
@@ -44,7 +44,7 @@ struct Host {
     return b;
   }
   static double round(DType dt, double x) {
-    if (dt == DType::kI64) return x;
+    if (dt == DType::kI64 || dt == DType::kI32) return x;
     float f = static_cast<float>(x);
     if (dt == DType::kF16) return from_f16(to_f16(f));
     if (dt == DType::kBF16) return from_bf16(to_bf16(f));
@@ -93,6 +93,10 @@ std::vector<Expect> batch_norm_backward(const OpCall& c, const std::map<std::str
 // formula holds for any): its references, and one input's values (before rounding).
 std::vector<Expect> group_norm_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 Vec group_norm_backward_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+// Embedding backward (template_gpu_embedding_backward.cpp): one input's values (indices with hot
+// rows and padding_idx) and the reference.
+Vec embedding_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+std::vector<Expect> embedding_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 // The loss families (template_gpu_loss.cpp): one input's values (before rounding), references.
 Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);

@@ -173,3 +173,19 @@ def test_group_norm_backward_falls_back_bit_identically(fresh_cache):
         return [xs.grad, ws.grad, bs.grad]
 
     caught_and_eager(grads, ["group_norm", "group_norm_backward"])
+def test_embedding_backward_falls_back_bit_identically(fresh_cache):
+    """nn.Embedding's backward on the CPU (dense gradients, padding_idx, scale_grad_by_freq):
+    embedding_dense_backward is intercepted (a miss) and its gradient is eager's bit for bit."""
+    torch.manual_seed(0)
+    idx = torch.randint(0, 11, (3, 17))
+    w = torch.randn(11, 8)
+
+    def grads():
+        out = []
+        for scale in (False, True):
+            ws = w.clone().requires_grad_()
+            F.embedding(idx, ws, padding_idx=2, scale_grad_by_freq=scale).pow(2).sum().backward()
+            out.append(ws.grad)
+        return out
+
+    caught_and_eager(grads, ["embedding_backward"])

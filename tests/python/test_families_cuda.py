@@ -31,6 +31,7 @@ CASES = [
     ("batch_norm", "1x512x128x128", "f32", {"affine": False, "running": False}, None),
     ("max_pool2d", "16x64x128x128", "bf16", {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]}, None),
     ("avg_pool3d", "8x32x32x64x64", "f32", {"kernel_size": [3, 3, 3], "stride": [2, 2, 2], "padding": [1, 1, 1]}, None),
+    ("embedding_backward", "8192x768", "bf16", {"num_weights": 50257}, None),
 ]
 
 

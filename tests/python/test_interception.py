@@ -98,6 +98,9 @@ FORWARD = {
     if x.dim() == 2 and x.shape[0] else x,
     "nll_loss2d": lambda x: F.nll_loss(x.unsqueeze(0).unsqueeze(-1), loss_targets(x.shape[1], x.shape[0], -100).reshape(1, -1, 1),
                                        reduction="none") if x.dim() == 2 and x.shape[0] else x,
+    # Embedding backward: x as grad_output [n, D] into 7 rows, row 3 (every fifth index) padding.
+    "embedding_backward": lambda x: torch.ops.aten.embedding_dense_backward(x, loss_targets(x.shape[0], 7, 3), 7, 3, True)
+    if x.dim() == 2 and x.shape[0] else x,
 }
 # Ops and dtypes eager itself does not implement on the CPU.
 UNSUPPORTED = {("logcumsumexp", torch.float16), ("avg_pool", torch.float16)}

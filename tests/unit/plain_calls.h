@@ -1,7 +1,8 @@
 // A plain, small call of every operator for the tests that loop over all of runtime/ops.def:
 // the lead tensor's sizes and the JSON arguments make_call needs for it (layer norm's
 // normalized shape, pooling's spatial dims, batch norm without running stats, since training
-// with them updates its inputs, which no template does; nll_loss2d's (N, C, H, W)).
+// with them updates its inputs, which no template does; nll_loss2d's (N, C, H, W); embedding
+// backward's table size and padding row).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -37,6 +38,10 @@ inline PlainCall plain_call(const OpInfo& info, int64_t rows, int64_t cols) {
     case OpFamily::kLoss:   // self [rows, cols] (nll: rows targets of cols classes); nll2d's is 4d
     case OpFamily::kLossBackward:
       if (info.id == OpId::kNllLoss2d || info.id == OpId::kNllLoss2dBackward) p.sizes = {2, cols, 3, rows};
+      break;
+    case OpFamily::kEmbeddingBackward:   // grad_output [rows, cols] into a table of 2 x rows, row 1 padding
+      p.args["num_weights"] = 2 * rows;
+      p.args["padding_idx"] = 1;
       break;
     default: break;
   }

@@ -192,6 +192,21 @@ std::vector<Case> group_norm_backward_cases() {
   for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}, json{0, 1, 0}})
     v.push_back({std::string("group_norm_backward-mask") + mask.dump(),
                  cpu_call(OpId::kGroupNormBackward, {2, 6, 17}, {{"group", 3}, {"output_mask", mask}}), 2});
+// Embedding backward: indices of rank 1 and 2 (int64 and int32), few rows (long buckets) and
+// many (most empty), padding_idx a row or -1, scale_grad_by_freq, D of 1 and odd.
+std::vector<Case> embedding_backward_cases() {
+  struct S {
+    std::vector<int64_t> sizes;
+    json args;
+  };
+  const std::vector<S> shapes = {{{40, 7}, {{"num_weights", 5}, {"padding_idx", 2}}},
+                                 {{3, 9, 16}, {{"num_weights", 300}, {"index_dtype", "i32"}}},
+                                 {{64, 1}, {{"num_weights", 3}, {"padding_idx", 0}, {"scale_grad_by_freq", true}}},
+                                 {{2, 5, 33}, {{"num_weights", 17}, {"padding_idx", 16}, {"scale_grad_by_freq", true}, {"index_dtype", "i32"}}},
+                                 {{1, 8}, {{"num_weights", 1}}}};
+  std::vector<Case> v;
+  for (const auto& s : shapes)
+    v.push_back({"embedding_backward-" + s.args.dump() + "/" + shape_str(s.sizes), cpu_call(OpId::kEmbeddingBackward, s.sizes, s.args)});
   return v;
 }
 

@@ -15,6 +15,7 @@ std::vector<Case> group_norm_cases();
 std::vector<Case> batch_norm_cases();
 std::vector<Case> batch_norm_backward_cases();
 std::vector<Case> group_norm_backward_cases();
+std::vector<Case> embedding_backward_cases();
 std::vector<Case> pool_cases();
 std::vector<Case> pool_backward_cases();
 std::vector<Case> layer_norm_backward_cases();

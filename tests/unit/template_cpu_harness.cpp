@@ -172,6 +172,7 @@ Buffers make_inputs(const Case& cs) {
   }
   if (c.op == OpId::kBatchNormBackward) cpu_ref::batch_norm_backward_inputs(c, b);
   if (c.op == OpId::kGroupNormBackward) cpu_ref::group_norm_backward_inputs(c, b);
+  if (fam == OpFamily::kEmbeddingBackward) cpu_ref::embedding_backward_inputs(c, b, fnv(cs.label));
   if (c.op == OpId::kMaxPool2dBackward || c.op == OpId::kMaxPool3dBackward) cpu_ref::argmax_indices(c, b);
   return b;
 }

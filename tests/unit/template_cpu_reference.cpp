@@ -410,6 +410,7 @@ std::vector<Expect> reference(const OpCall& c, Buffers& b) {
     case OpFamily::kLossBackward: loss_backward(c, b, out); break;
     case OpFamily::kBatchNormBackward: batch_norm_backward(c, b, out); break;
     case OpFamily::kGroupNormBackward: group_norm_backward(c, b, out); break;
+    case OpFamily::kEmbeddingBackward: embedding_backward(c, b, out); break;
     default: break;
   }
   return out;

@@ -36,6 +36,10 @@ void batch_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 // them, and the references of grad_input, grad_weight and grad_bias.
 void group_norm_backward_inputs(const OpCall& c, Buffers& b);
 void group_norm_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
+// Embedding backward (template_cpu_embedding_backward.cpp): indices with repeats, padding_idx and
+// out-of-range values (int64: two floats an element, int32: one), and the reference.
+void embedding_backward_inputs(const OpCall& c, Buffers& b, uint64_t seed);
+void embedding_backward(const OpCall& c, Buffers& b, std::vector<Expect>& out);
 
 // One Expect per output of `c` (empty for outputs the call does not produce).
 std::vector<Expect> reference(const OpCall& c, Buffers& b);

@@ -104,6 +104,12 @@ std::vector<Case> cases() {
   v.push_back({OpId::kGroupNormBackward, {2, 4, 3, 3}, DType::kF32, {{"group", 2}, {"output_mask", {0, 1, 1}}}});
   v.push_back({OpId::kGroupNormBackward, {2, 4, 3, 3}, DType::kBF16, {{"group", 4}, {"output_mask", {1, 0, 0}}}});
   v.push_back({OpId::kGroupNormBackward, {4, 6}, DType::kF32, {{"group", 3}}});
+  // Embedding backward: GPT-2's vocabulary (two radix passes) per dtype, int32 indices, a table of
+  // 300000 rows (three passes), padding and scale_grad_by_freq, an odd D (vec 1).
+  v.push_back({OpId::kEmbeddingBackward, {8192, 768}, DType::kF32, {{"num_weights", 50257}}, 4});
+  v.push_back({OpId::kEmbeddingBackward, {4, 2048, 1024}, DType::kBF16, {{"num_weights", 50257}, {"padding_idx", 0}}, 2});
+  v.push_back({OpId::kEmbeddingBackward, {8192, 768}, DType::kF16, {{"num_weights", 50257}, {"index_dtype", "i32"}}, 2});
+  v.push_back({OpId::kEmbeddingBackward, {3, 11, 7}, DType::kF32, {{"num_weights", 300000}, {"padding_idx", 5}, {"scale_grad_by_freq", true}}});
   // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override;
   // extras: every kernel (runtime, baked with interleaved, consecutive or register-span outputs)
   // at every output count is compiled on some call, whatever the sample draws.

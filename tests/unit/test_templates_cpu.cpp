@@ -121,6 +121,12 @@ TEST(CpuTemplates, GroupNormBackward) {
   for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(mixed.value()).empty()) << t->name();
 }
 
+TEST(CpuTemplates, EmbeddingBackward) {
+  Stats st = run_family(embedding_backward_cases(), "cpu.embedding_backward");
+  EXPECT_GT(st.ran, 10);
+  EXPECT_TRUE(st.both("simd"));
+}
+
 TEST(CpuTemplates, Scan) {
   Stats st = run_family(scan_cases(), "cpu.scan");
   EXPECT_GT(st.ran, 150);
@@ -182,7 +188,7 @@ TEST(CpuTemplates, LayerNormBackward) {
 // and the source passes the static check. Up to 160 settings per call, no compiling.
 TEST(CpuTemplates, EveryKnobSettingRendersOrIsUnsupported) {
   std::vector<Case> all;
-  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &batch_norm_backward_cases, &group_norm_backward_cases, &scan_cases,
+  for (auto* f : {&unary_cases, &unary_backward_cases, &layer_norm_cases, &layer_norm_backward_cases, &group_norm_cases, &batch_norm_cases, &batch_norm_backward_cases, &group_norm_backward_cases, &embedding_backward_cases, &scan_cases,
                   &reduction_cases, &loss_cases, &loss_backward_cases})
     for (auto& c : (*f)()) all.push_back(std::move(c));
   for (bool bw : {false, true})
