@@ -192,6 +192,9 @@ std::vector<Case> group_norm_backward_cases() {
   for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}, json{0, 1, 0}})
     v.push_back({std::string("group_norm_backward-mask") + mask.dump(),
                  cpu_call(OpId::kGroupNormBackward, {2, 6, 17}, {{"group", 3}, {"output_mask", mask}}), 2});
+  return v;
+}
+
 // Embedding backward: indices of rank 1 and 2 (int64 and int32), few rows (long buckets) and
 // many (most empty), padding_idx a row or -1, scale_grad_by_freq, D of 1 and odd.
 std::vector<Case> embedding_backward_cases() {
