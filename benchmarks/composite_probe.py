@@ -5,24 +5,19 @@ releases.
     python3 benchmarks/composite_probe.py [--device cuda]
 """
 import argparse
+import os
+import sys
+
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
-
-class Log(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
+sys.path.insert(0, os.path.dirname(__file__))
+from eager_gaps import Reached  # noqa: E402  (records every aten operator a call reaches)
 
 
 def trace(name, fn, autocast_dtype, device):
     ctx = torch.autocast(device, dtype=autocast_dtype) if autocast_dtype else torch.autocast(device, enabled=False)
-    with ctx, Log() as log:
+    with ctx, Reached() as log:
         out = fn()
         out.sum().backward()
     print(f"{name} autocast={autocast_dtype}: {' '.join(log.ops)}")
