@@ -2,21 +2,18 @@
 // group channels and all of *, with optional per-channel affine parameters; the statistics
 // (N, group) are in the parameters' dtype when those are fp32 and the input is reduced precision.
 #include "evolve/ops/family.h"
+#include "evolve/ops/group_norm.h"
 
 namespace kc::evolve {
 namespace {
 
 Status make_group_norm(OpId, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
-  if (sizes.size() < 2) return Status::error(Code::kInvalid, "group_norm needs (N, C, ...)");
-  const int64_t N = sizes[0], C = sizes[1];
-  int64_t hw = 1;
-  for (size_t i = 2; i < sizes.size(); ++i) hw *= sizes[i];
-  const int64_t group = args.value("group", std::min<int64_t>(32, C));
-  if (group <= 0 || C % group != 0) return Status::error(Code::kInvalid, "group must divide C");
-  const DType pdt = args.contains("param_dtype") ? dtype_from_name(args["param_dtype"].get<std::string>()).value_or(dt) : dt;
-  const bool affine = args.value("affine", true);
-  c.inputs = {dense_meta("input", sizes, dt), affine ? dense_meta("weight", {C}, pdt) : absent_meta("weight"),
-              affine ? dense_meta("bias", {C}, pdt) : absent_meta("bias")};
+  auto gr = group_norm_shape("group_norm", sizes, dt, args);
+  if (!gr.is_ok()) return gr.status();
+  const GroupNormShape& g = gr.value();
+  const int64_t N = g.n, C = g.c, hw = g.hw, group = g.group;
+  c.inputs = {dense_meta("input", sizes, dt), g.affine ? dense_meta("weight", {C}, g.param) : absent_meta("weight"),
+              g.affine ? dense_meta("bias", {C}, g.param) : absent_meta("bias")};
   c.scalars = {{"N", N}, {"C", C}, {"HxW", hw}, {"group", group}, {"eps", args.value("eps", 1e-5)}};
   return Status::ok();
 }

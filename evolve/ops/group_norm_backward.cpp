@@ -10,6 +10,7 @@
 // refuses grad_weight / grad_bias without a weight ("tensor does not have a device"), so such a
 // call has no outputs here either.
 #include "evolve/ops/family.h"
+#include "evolve/ops/group_norm.h"
 
 namespace kc::evolve {
 namespace {
@@ -17,14 +18,12 @@ namespace {
 bool reduced(DType d) { return d == DType::kBF16 || d == DType::kF16; }
 
 Status make_group_norm_backward(OpId, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
-  if (sizes.size() < 2) return Status::error(Code::kInvalid, "group_norm_backward needs (N, C, ...)");
-  const int64_t N = sizes[0], C = sizes[1];
-  int64_t hw = 1;
-  for (size_t i = 2; i < sizes.size(); ++i) hw *= sizes[i];
-  const int64_t group = args.value("group", std::min<int64_t>(32, C));
-  if (group <= 0 || C % group != 0) return Status::error(Code::kInvalid, "group must divide C");
-  const DType pdt = args.contains("param_dtype") ? dtype_from_name(args["param_dtype"].get<std::string>()).value_or(dt) : dt;
-  const bool affine = args.value("affine", true);
+  auto gr = group_norm_shape("group_norm_backward", sizes, dt, args);
+  if (!gr.is_ok()) return gr.status();
+  const GroupNormShape& g = gr.value();
+  const int64_t N = g.n, C = g.c, hw = g.hw, group = g.group;
+  const DType pdt = g.param;
+  const bool affine = g.affine;
   const DType sdt = reduced(dt) && affine && pdt == DType::kF32 ? DType::kF32 : dt;   // as the forward saved them
   c.inputs = {dense_meta("grad_out", sizes, dt), dense_meta("input", sizes, dt), dense_meta("mean", {N, group}, sdt),
               dense_meta("rstd", {N, group}, sdt), affine ? dense_meta("weight", {C}, pdt) : absent_meta("weight")};
