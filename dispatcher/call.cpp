@@ -79,30 +79,38 @@ void Call::t(const char* name, const std::optional<at::Tensor>& x) {
   t(name, x.has_value() ? *x : undefined);
 }
 
+// A call with more scalars than the binding holds runs eager untouched (set_arg_names keeps such
+// ops out, so this is a guard, never the normal path).
+bool Call::room_for_scalar() {
+  if (ns_ < kMaxScalars) return true;
+  active_ = false;
+  return false;
+}
+
 void Call::i(const char* name, int64_t v) {
   if (!active_) return;
   kb_->i(name, v);
-  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, v};
+  if (room_for_scalar()) scalars_[ns_++] = ScalarArg{name, v};
 }
 void Call::d(const char* name, double v) {
   if (!active_) return;
   kb_->d(name, v);
-  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, v};
+  if (room_for_scalar()) scalars_[ns_++] = ScalarArg{name, v};
 }
 void Call::b(const char* name, bool v) {
   if (!active_) return;
   kb_->b(name, v);
-  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, v};
+  if (room_for_scalar()) scalars_[ns_++] = ScalarArg{name, v};
 }
 void Call::s(const char* name, std::string_view v) {
   if (!active_) return;
   kb_->s(name, std::string(v));
-  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, std::string(v)};
+  if (room_for_scalar()) scalars_[ns_++] = ScalarArg{name, std::string(v)};
 }
 void Call::list(const char* name, at::IntArrayRef v) {
   if (!active_) return;
   kb_->list(name, v.data(), v.size());
-  if (ns_ < kMaxScalars) scalars_[ns_++] = ScalarArg{name, std::vector<int64_t>(v.begin(), v.end())};
+  if (room_for_scalar()) scalars_[ns_++] = ScalarArg{name, std::vector<int64_t>(v.begin(), v.end())};
 }
 
 bool Call::capturing() const {

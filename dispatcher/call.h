@@ -47,8 +47,11 @@ DeviceHooks& cuda_hooks();
 
 class Call {
  public:
+  // The most tensor and scalar arguments one call binds. An op with more is not intercepted
+  // (set_arg_names refuses it): a launch spec may name any scalar of the key, so none may be
+  // dropped from the binding (native_group_norm's fifth scalar, eps, once was).
   static constexpr int kMaxTensors = 8;
-  static constexpr int kMaxScalars = 4;
+  static constexpr int kMaxScalars = 8;
 
   // lead: the tensor whose device the call runs on (the op's first tensor argument).
   Call(OpId op, Dev dev, const at::Tensor& lead);
@@ -110,6 +113,7 @@ class Call {
   Status launch(LoadedKernel& k, std::vector<at::Tensor>& outs);
   Binding binding(const std::vector<at::Tensor>& outs) const;
   bool capturing() const;
+  bool room_for_scalar();   // false (and the call inactive) when the binding is full
 
   OpId op_;
   Dev dev_;

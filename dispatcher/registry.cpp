@@ -26,6 +26,12 @@ std::array<ArgNames, kNumOps>& arg_table() {
   return t;
 }
 
+bool is_tensor_arg(const c10::Argument& arg) {
+  c10::TypePtr t = arg.real_type();
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+  return t->kind() == c10::TypeKind::TensorType;
+}
+
 }  // namespace
 
 const char* const* arg_names(OpId op) { return arg_table()[static_cast<int>(op)].ptrs.data(); }
@@ -39,7 +45,17 @@ bool set_arg_names(OpId op, size_t arity) {
       log(LogLevel::kWarn, std::string("could not intercept ") + o.name + ": no operator " + o.aten);
       return false;
     }
-    for (const auto& arg : h->schema().arguments()) a.names.push_back(arg.name());
+    size_t tensors = 0, scalars = 0;
+    for (const auto& arg : h->schema().arguments()) {
+      a.names.push_back(arg.name());
+      ++(is_tensor_arg(arg) ? tensors : scalars);
+    }
+    if (tensors > Call::kMaxTensors || scalars > Call::kMaxScalars) {
+      log(LogLevel::kWarn, std::string("could not intercept ") + o.name + ": " + std::to_string(tensors) +
+                               " tensor and " + std::to_string(scalars) + " scalar arguments, more than a call binds");
+      a.names.clear();
+      return false;
+    }
     for (const auto& n : a.names) a.ptrs.push_back(n.c_str());
   }
   if (a.ptrs.size() != arity) {

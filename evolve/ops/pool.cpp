@@ -141,10 +141,13 @@ Status pool_scalars(OpId op, const nlohmann::json& args, OpCall& c) {
     c.scalars = {{"output_size", os}};
     return Status::ok();
   }
-  const std::vector<int64_t> k = list_of(args, "kernel_size", {2});
-  c.scalars = {{"kernel_size", k}, {"stride", list_of(args, "stride", k)}, {"padding", list_of(args, "padding", {0})}};
+  // Defaults as torch.nn.functional passes them: an int for an int[N] argument reaches the
+  // operator as N copies (F.max_pool2d's dilation=1 is [1, 1]), so the key matches a real call's.
+  const auto each = [&](int64_t v) { return std::vector<int64_t>(po->nd, v); };
+  const std::vector<int64_t> k = list_of(args, "kernel_size", each(2));
+  c.scalars = {{"kernel_size", k}, {"stride", list_of(args, "stride", k)}, {"padding", list_of(args, "padding", each(0))}};
   if (po->kind == PoolKind::kMax) {
-    c.scalars.push_back({"dilation", list_of(args, "dilation", {1})});
+    c.scalars.push_back({"dilation", list_of(args, "dilation", each(1))});
     c.scalars.push_back({"ceil_mode", args.value("ceil_mode", false)});
     return Status::ok();
   }

@@ -211,3 +211,11 @@ def test_batch_norm_training_updates_running_stats_as_eager(fresh_cache):
     torch.testing.assert_close(got_m, want_m, rtol=0, atol=0)
     torch.testing.assert_close(got_v, want_v, rtol=0, atol=0)
     assert not torch.equal(got_m, torch.zeros(5))
+
+
+def test_every_operator_is_intercepted_at_load():
+    """Every op of the table registers: none is refused because its schema has more tensor or
+    scalar arguments than a call binds (dispatcher/call.h), or a name the table does not match."""
+    ops = json.loads(kc.status())["ops"]
+    assert len(ops) == len(json.loads(kc.config())["ops"])
+    assert [n for n, o in ops.items() if not o["intercepted"]] == []
