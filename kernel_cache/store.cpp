@@ -212,6 +212,8 @@ class RocksStore final : public Store {
 
 }  // namespace
 
+void construct_rocksdb_singletons() { rocksdb::Env::Default(); }
+
 // RocksDB's own files: a MANIFEST, table files, write-ahead logs (digits + ".log"; worker.log is ours).
 bool has_database_files(const std::string& dir) {
   bool found = false;

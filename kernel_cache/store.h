@@ -53,6 +53,13 @@ Status repair_database(const std::string& dir);
 // True if `dir` holds RocksDB files (a MANIFEST, table files, write-ahead logs), CURRENT or not.
 bool has_database_files(const std::string& dir);
 
+// Constructs RocksDB's process-wide singletons now: its default Env (thread pools, file system),
+// and the thread-local and compression caches that Env::Default() builds just before it. They are
+// function-local statics, built on first use and destroyed in the reverse order of construction,
+// so an exit hook registered before the first database was opened runs after they are gone.
+// torch_ops/library.cpp calls this before registering the hook that stops the store thread.
+void construct_rocksdb_singletons();
+
 // The default cache directory: $KERNELCRAFT_CACHE_DIR, else $XDG_CACHE_HOME/kernelcraft, else
 // ~/.cache/kernelcraft.
 std::string default_cache_dir();

@@ -159,9 +159,14 @@ struct Init {
       lib->def("wait_for_evolution(float timeout_s=600.0) -> bool", &op_wait_for_evolution);
       lib->def("evolution_status() -> str", &op_evolution_status);
       dispatch::register_ops(State::get().config().ops);
-      // Registered after RocksDB's static objects were constructed (it is loaded before us), so
-      // this runs before they are destroyed. Seen without it: processes serving kernels crashed
-      // at exit (SIGSEGV after main returned) while the store thread was catching up.
+      // Registered after RocksDB's static objects were constructed, so this runs before they are
+      // destroyed. Namespace-scope ones were (it is loaded before us); its default Env is a
+      // function-local static, built by the first open: constructed here first, or the hook ran
+      // after the Env's destructor and the store thread, still catching up, called into the
+      // destroyed Env (SIGSEGV at exit in EnvOptions::EnvOptions, jumping to address 0). Seen
+      // without the hook: processes serving kernels crashed at exit while the store thread was
+      // catching up.
+      construct_rocksdb_singletons();
       // Disables the live check found are written first (for at most 5 s): they are what keeps
       // every other process from serving a kernel this one caught.
       std::atexit([] {
