@@ -159,13 +159,12 @@ struct Init {
       lib->def("wait_for_evolution(float timeout_s=600.0) -> bool", &op_wait_for_evolution);
       lib->def("evolution_status() -> str", &op_evolution_status);
       dispatch::register_ops(State::get().config().ops);
-      // Registered after RocksDB's static objects were constructed, so this runs before they are
-      // destroyed. Namespace-scope ones were (it is loaded before us); its default Env is a
-      // function-local static, built by the first open: constructed here first, or the hook ran
-      // after the Env's destructor and the store thread, still catching up, called into the
-      // destroyed Env (SIGSEGV at exit in EnvOptions::EnvOptions, jumping to address 0). Seen
-      // without the hook: processes serving kernels crashed at exit while the store thread was
-      // catching up.
+      // The hook stops the store thread, so it must run before RocksDB's statics are destroyed,
+      // that is, be registered after they are constructed. Its namespace-scope statics are (it is
+      // loaded before us); its default Env is a function-local static that the first open would
+      // build after the hook, so it is built here first. Without that, a catch-up at exit called
+      // into the destroyed Env (SIGSEGV, jump to address 0); without the hook at all, processes
+      // serving kernels crashed at exit the same way.
       construct_rocksdb_singletons();
       // Disables the live check found are written first (for at most 5 s): they are what keeps
       // every other process from serving a kernel this one caught.
