@@ -183,9 +183,39 @@ Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
   return Outcome::kEager;
 }
 
-void Call::evolve() {
-  std::vector<const at::Tensor*> in(tensors_.begin(), tensors_.begin() + nt_);
+void Call::evolve(bool capture) {
+  std::vector<const at::Tensor*> in;
+  if (capture) in.assign(tensors_.begin(), tensors_.begin() + nt_);
   request_evolution(key_, dev_ == Dev::kCuda, device_, in);
+}
+
+bool Call::ready(bool capture) {
+  if (!active_) return false;
+  State& st = State::get();
+  key_ = kb_->take();
+  KernelTable& table = st.table();
+  KernelTable::Lookup l = table.find(key_);
+  switch (l.kind) {
+    case KernelTable::Kind::kServe:
+      return l.kernel->bitwise_deterministic || !st.determinism_required();
+    case KernelTable::Kind::kLoad:
+      table.forget(key_);   // found again, and loaded, by the run() that follows
+      return true;
+    case KernelTable::Kind::kMiss:
+      st.counters(op_).misses.fetch_add(1, std::memory_order_relaxed);
+      if (l.first_miss) {
+        st.record_miss(key_);
+        if (!capturing()) evolve(capture);
+      }
+      return false;
+    case KernelTable::Kind::kEagerBest:
+      st.counters(op_).misses.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    case KernelTable::Kind::kDisabled:
+      st.counters(op_).fallbacks.fetch_add(1, std::memory_order_relaxed);
+      return false;
+  }
+  return false;
 }
 
 Binding Call::binding(const std::vector<at::Tensor>& outs) const {

@@ -65,6 +65,15 @@ class Call {
   void s(const char* name, std::string_view v);
   void list(const char* name, at::IntArrayRef v);
 
+  // Instead of run(), for one call of a composite's pair (dispatcher/cross_entropy.cpp): whether
+  // the key has a kernel to serve or a record to load (which a later run() of the key loads).
+  // Never serves or runs anything; a first miss requests the key's evolution, with the call's
+  // inputs as a captured set only if `capture` (placeholders must not be).
+  bool ready(bool capture);
+  // Inside run()'s eager: true when eager's outputs will be compared with the kernel's (a live
+  // check), so every output must be computed.
+  bool compares() const { return checking_ != nullptr; }
+
   template <class R, class Eager>
   R run(Eager&& eager) {
     if (!active_) return eager();
@@ -97,7 +106,7 @@ class Call {
   enum class Outcome { kServed, kEager, kLoad, kEvolve, kProbe, kShadow };
   Outcome before(std::vector<at::Tensor>& outs);   // serve if possible; counts the call
   void after_load(const std::vector<at::Tensor>& eager_outs);
-  void evolve();   // first miss of the key here: submit an evolution job (dispatcher/evolution.h)
+  void evolve(bool capture = true);   // first miss of the key here: submit an evolution job (dispatcher/evolution.h)
   // One probe pair (dispatcher/probe.h): `eager_fn` runs eager once, the served kernel once, each
   // timed; demotes the key when the probe's last pair shows it is not faster here.
   void probe(std::vector<at::Tensor>& outs, const std::function<Status()>& eager_fn);

@@ -7,6 +7,7 @@
 #include <array>
 #include <mutex>
 
+#include "dispatcher/composite.h"
 #include "dispatcher/intercept.h"
 #include "dispatcher/state.h"
 #include "runtime/fork.h"
@@ -74,6 +75,10 @@ void register_ops(const std::vector<std::string>& ops) {
     auto id = op_by_name(name);
     if (!id || st.registered(*id)) continue;
     try {
+      if (op_info(*id).composite) {
+        if (register_composite(*id)) st.set_registered(*id);
+        continue;
+      }
       // Leaked on purpose: destroying a Library deregisters, which must not happen at exit while
       // the interpreter may still run ops.
       auto* cpu = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::CPU, __FILE__, __LINE__);

@@ -6,7 +6,9 @@ namespace kc {
 const std::vector<OpInfo>& all_ops() {
   static const std::vector<OpInfo> ops = {
 #define KC_OP(id, name, fn, overload, family, on) {OpId::k##id, name, "aten::" #fn, overload, OpFamily::k##family, on},
+#define KC_COMPOSITE(id, name, op, family, on) {OpId::k##id, name, op, "", OpFamily::k##family, on, true},
 #include "runtime/ops.def"
+#undef KC_COMPOSITE
 #undef KC_OP
   };
   return ops;

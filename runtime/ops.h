@@ -10,7 +10,9 @@ namespace kc {
 
 enum class OpId : int {
 #define KC_OP(id, name, fn, overload, family, on) k##id,
+#define KC_COMPOSITE(id, name, op, family, on) k##id,
 #include "runtime/ops.def"
+#undef KC_COMPOSITE
 #undef KC_OP
   kCount
 };
@@ -31,6 +33,9 @@ struct OpInfo {
   const char* overload;  // its overload name ("" for the default overload)
   OpFamily family;
   bool default_on;       // part of the default interception list
+  // kernelcraft's own operator for a composite caught above autograd (ops.def KC_COMPOSITE): its
+  // `aten` is a kernelcraft:: name, and it has no kernel at a backend key.
+  bool composite = false;
 };
 
 const OpInfo& op_info(OpId id);

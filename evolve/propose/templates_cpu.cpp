@@ -46,6 +46,12 @@
 //                        launch (templates_cpu_loss.cpp)
 //   cpu.loss_backward    mse_loss_backward binary_cross_entropy_backward nll_loss(2d)_backward:
 //                        elementwise; nll writes each target's column once (templates_cpu_loss_backward.cpp)
+//   cpu.cross_entropy    kernelcraft::cross_entropy (f32 / bf16): per row max, then exp sum and
+//                        the loss's sums; per-row terms folded in row order by a finishing launch:
+//                        rows, unroll, acc, vexp (templates_cpu_cross_entropy.cpp)
+//   cpu.cross_entropy_backward  grad_self from the forward's lse, each element written once (D and
+//                        W by a one-block launch first where needed): rows, vexp, simd
+//                        (templates_cpu_cross_entropy_backward.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -70,6 +76,8 @@ const Template* cpu_loss_backward_template();
 const Template* cpu_batch_norm_backward_template();
 const Template* cpu_group_norm_backward_template();
 const Template* cpu_embedding_backward_template();
+const Template* cpu_cross_entropy_template();
+const Template* cpu_cross_entropy_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
@@ -78,7 +86,8 @@ const std::vector<const Template*>& cpu_templates() {
                                                  cpu_group_norm_template(), cpu_batch_norm_template(), cpu_pool_template(), cpu_reduction_template(),
                                                  cpu_pool_backward_template(),
                                                  cpu_loss_template(), cpu_loss_backward_template(),
-                                                 cpu_batch_norm_backward_template(), cpu_group_norm_backward_template(), cpu_embedding_backward_template()};
+                                                 cpu_batch_norm_backward_template(), cpu_group_norm_backward_template(), cpu_embedding_backward_template(),
+                                                 cpu_cross_entropy_template(), cpu_cross_entropy_backward_template()};
   return v;
 }
 

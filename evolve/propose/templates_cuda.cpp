@@ -32,6 +32,8 @@ const Template* cuda_loss_backward_template();
 const Template* cuda_batch_norm_backward_template();
 const Template* cuda_group_norm_backward_template();
 const Template* cuda_embedding_backward_template();
+const Template* cuda_cross_entropy_template();
+const Template* cuda_cross_entropy_backward_template();
 
 const std::vector<const Template*>& cuda_templates() {
   static const std::vector<const Template*> v = {
@@ -40,7 +42,8 @@ const std::vector<const Template*>& cuda_templates() {
       cuda_group_norm_template(), cuda_batch_norm_template(), cuda_scan_template(), cuda_pool_template(), cuda_reduction_template(),
       cuda_pool_global_template(), cuda_pool_backward_template(),
       cuda_loss_template(), cuda_loss_backward_template(), cuda_batch_norm_backward_template(),
-      cuda_group_norm_backward_template(), cuda_embedding_backward_template()};
+      cuda_group_norm_backward_template(), cuda_embedding_backward_template(), cuda_cross_entropy_template(),
+      cuda_cross_entropy_backward_template()};
   return v;
 }
 

@@ -103,5 +103,11 @@ std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in);
 std::vector<Expect> loss_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 // nll backward's total_weight input, as the forward computes it from the other inputs.
 double nll_total_weight(const OpCall& c, const std::map<std::string, Vec>& in);
+// Cross-entropy (template_gpu_cross_entropy.cpp): one input's values (rounded), the references,
+// and the backward's lse input as the forward computes it (fp32) from self.
+Vec ce_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+std::vector<Expect> cross_entropy(const OpCall& c, const std::map<std::string, Vec>& in);
+std::vector<Expect> cross_entropy_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+Vec ce_lse(const OpCall& c, const std::map<std::string, Vec>& in);
 
 }  // namespace kc::evolve::gpu_ref

@@ -130,6 +130,8 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
       v = gpu_ref::argmax_indices(c, in);   // self comes before indices in schema order
     } else if (tm.name == "total_weight") {   // nll backward: the forward's
       v = {Host::round(tm.dtype, gpu_ref::nll_total_weight(c, in))};
+    } else if (tm.name == "lse" && c.op == OpId::kCrossEntropyBackward) {   // the forward's, from self
+      v = gpu_ref::ce_lse(c, in);
     } else {
       v = make_input(c, tm, rng);
     }

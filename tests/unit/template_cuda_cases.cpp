@@ -202,6 +202,15 @@ std::vector<Case> cases() {
     v.push_back({OpId::kNllLoss2dBackward, {2, 5, 8, 9}, DType::kF32, {{"reduction", r}}});
   }
   v.push_back({OpId::kNllLossBackward, {7}, DType::kF32, json::object()});
+  // Cross-entropy: the LLM vocabulary in bf16 (a block a row), a small weighted and smoothed one
+  // (a warp a row) at every reduction, upcast's fp32 probabilities and weight, 1-d f16 calls.
+  for (OpId op : {OpId::kCrossEntropy, OpId::kCrossEntropyBackward}) {
+    v.push_back({op, {8192, 128256}, DType::kBF16, {{"reduction", 1}}, 1});
+    for (int64_t r : {0, 1, 2})
+      v.push_back({op, {37, 1000}, DType::kF32, {{"reduction", r}, {"weight", true}, {"label_smoothing", 0.1}, {"ignore_index", 3}}, 1});
+    v.push_back({op, {9, 130}, DType::kBF16, {{"probs", true}, {"weight", true}, {"upcast", true}}, 1});
+    v.push_back({op, {7}, DType::kF16, {{"probs", true}, {"reduction", 2}}, 0});
+  }
   return v;
 }
 
