@@ -11,6 +11,7 @@
 // the pair is not ready: the forward's key has no kernel, or the backward's when a gradient will
 // be needed. A first miss of either key requests both keys' evolution.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/cross_entropy_loss_native.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -99,7 +100,7 @@ bool eligible(const at::Tensor& self, const at::Tensor& target, const at::Tensor
 // (only while the backward's kernel cannot answer), cast back to the logits' dtype as autocast's
 // cast does. Autocast is off here: upcast casts exactly as autocast would.
 at::Tensor eager_backward(const CeArgs& a, const at::Tensor& grad) {
-  at::AutoGradMode grad_on(true);
+  c10::AutoGradMode grad_on(true);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   auto up = [&](const at::Tensor& t) {
     return a.upcast && t.defined() && t.is_floating_point() && t.scalar_type() != at::kFloat ? t.to(at::kFloat) : t;
@@ -200,7 +201,7 @@ at::Tensor cross_entropy_kernel(const at::Tensor& self, const at::Tensor& target
   const Dev dev = self.is_cuda() ? Dev::kCuda : Dev::kCpu;
   const bool upcast = dev == Dev::kCuda && self.scalar_type() != at::kFloat && at::autocast::is_autocast_enabled(at::kCUDA);
   const CeArgs a{self, target, w, reduction, ignore_index.expect_int(), label_smoothing, upcast};
-  const bool grad = at::GradMode::is_enabled() && self.requires_grad();
+  const bool grad = c10::GradMode::is_enabled() && self.requires_grad();
   const bool bwd = !grad || backward_ready(a, dev);
   Call c(OpId::kCrossEntropy, dev, self);
   if (!c.active()) return own();
@@ -214,7 +215,7 @@ at::Tensor cross_entropy_kernel(const at::Tensor& self, const at::Tensor& target
   auto eager = [&]() -> std::tuple<at::Tensor, at::Tensor> {
     eager_loss = own();
     if (!c.compares()) return {*eager_loss, at::empty(a.lse_sizes(), self.options().dtype(at::kFloat))};
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     return {*eager_loss, at::logsumexp(self.to(at::kFloat), {-1})};
   };
   auto [loss, lse] = c.run<std::tuple<at::Tensor, at::Tensor>>(eager);

@@ -31,5 +31,6 @@ timeout ${BENCH_S:-300} python3 benchmarks/cross_entropy_bench.py --lib $LIB --c
   --evolve-args "${EVOLVE_ARGS:---generations 2 --budget-s 60}" > $OUT/bench.log 2>&1
 echo "bench rc=$? ($(( $(date +%s) - t )) s)"; grep -v '"grad"' $OUT/bench.log | tail -12 | cut -c1-600
 for k in $($CLI --cache-dir $OUT/ce/cache --json cache ls 2>/dev/null | python3 -c 'import json,sys; [print(r["key"]) for r in json.load(sys.stdin)]'); do
-  $CLI --cache-dir $OUT/ce/cache search-state "$k" >> $OUT/search_states.txt 2>&1; done
+  $CLI --cache-dir $OUT/ce/cache search-state "$k" >> $OUT/search_states.txt 2>&1
+  $CLI --cache-dir $OUT/ce/cache --json search-state "$k" >> $OUT/search_states.json 2>&1; done
 rm -rf $OUT/ce/cache

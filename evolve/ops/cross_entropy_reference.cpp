@@ -3,6 +3,7 @@
 // weights, and the backward's lse made by the forward: the pair is verified as it runs in
 // training) and the error model of the forward.
 #include "evolve/ops/reference.h"
+#include <c10/core/GradMode.h>
 
 #include <torch/csrc/autograd/autograd.h>
 
@@ -48,7 +49,7 @@ std::vector<at::Tensor> ce_eager(const OpCall& c, const std::vector<at::Tensor>&
 std::vector<at::Tensor> ce_backward_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
   auto g = cross_entropy_geometry(c);
   if (!g.is_ok()) return {};
-  at::AutoGradMode grad_on(true);
+  c10::AutoGradMode grad_on(true);
   at::Tensor leaf = in[1].detach().requires_grad_(true);
   at::Tensor loss = loss_of(c, g.value(), as_computed(leaf, g->upcast), in, 1);
   auto grads = torch::autograd::grad({loss}, {leaf}, {in[0].to(loss.scalar_type())});

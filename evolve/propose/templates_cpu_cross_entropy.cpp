@@ -154,12 +154,8 @@ class CrossEntropyTemplate : public Template {
   }
 
  private:
-  // Halves other than bf16 stay eager's (no 16-bit float type to convert them here).
   static bool handles(const OpCall& c, CeCall& f) {
-    if (!ce_call(c, BackendKind::kCpu, OpFamily::kCrossEntropy, f)) return false;
-    for (DType d : {f.x, f.w, f.q, f.loss})
-      if (d != DType::kF32 && d != DType::kBF16) return false;
-    return true;
+    return ce_call(c, BackendKind::kCpu, OpFamily::kCrossEntropy, f) && ce_cpu_dtypes(f);
   }
 };
 

@@ -142,10 +142,7 @@ class CrossEntropyBackwardTemplate : public Template {
 
  private:
   static bool handles(const OpCall& c, CeCall& f) {
-    if (!ce_call(c, BackendKind::kCpu, OpFamily::kCrossEntropyBackward, f)) return false;
-    for (DType d : {f.x, f.w, f.q, f.loss})
-      if (d != DType::kF32 && d != DType::kBF16) return false;
-    return true;
+    return ce_call(c, BackendKind::kCpu, OpFamily::kCrossEntropyBackward, f) && ce_cpu_dtypes(f);
   }
 };
 

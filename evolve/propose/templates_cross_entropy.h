@@ -4,6 +4,8 @@
 #pragma once
 #include <climits>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "evolve/ops/cross_entropy.h"
 #include "evolve/propose/proposer.h"
@@ -42,8 +44,25 @@ inline bool ce_call(const OpCall& c, BackendKind backend, OpFamily family, CeCal
   return c.outputs[0].dtype == f.loss && c.outputs[1].dtype == DType::kF32;
 }
 
+// The dtypes the CPU templates take: f32 and bf16 (no 16-bit float type to convert f16 there).
+inline bool ce_cpu_dtypes(const CeCall& f) {
+  for (DType d : {f.x, f.w, f.q, f.loss})
+    if (d != DType::kF32 && d != DType::kBF16) return false;
+  return true;
+}
+
 // The launch-spec expressions of the row count and the class count (self [N, C] or [C]).
 inline const char* ce_rows_expr() { return "numel(self) / size(self, -1)"; }
 inline const char* ce_classes_expr() { return "size(self, -1)"; }
+
+// Shared by the CUDA forward and backward templates (templates_cuda_cross_entropy.cpp): the
+// source before the kernels (types, flags, row geometry, loaders); the knob space, long rows capped
+// at `cap` threads with `long_unroll` loads in flight; the registers a thread's loads take.
+namespace cuda_tpl {
+struct RowGeom;
+}
+std::string ce_cuda_prelude(const CeCall& f, const cuda_tpl::RowGeom& r, int64_t unroll);
+std::vector<KnobDim> ce_cuda_space(const CeCall& f, int64_t cap, int64_t long_unroll);
+int64_t ce_cuda_words(const CeCall& f, int64_t unroll, int64_t vec);
 
 }  // namespace kc::evolve

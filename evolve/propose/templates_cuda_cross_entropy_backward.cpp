@@ -20,10 +20,6 @@
 
 namespace kc::evolve {
 
-std::string ce_cuda_prelude(const CeCall& f, const cuda_tpl::RowGeom& r, int64_t unroll);
-std::vector<KnobDim> ce_cuda_space(const CeCall& f, int64_t cap, int64_t long_unroll);
-int64_t ce_cuda_words(const CeCall& f, int64_t unroll, int64_t vec);
-
 namespace {
 
 using namespace cuda_tpl;

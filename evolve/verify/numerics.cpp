@@ -218,8 +218,9 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor ac = a.contiguous(), bc = b.contiguous();
   const size_t bytes = ac.numel() * ac.element_size();
   if (a.is_cpu()) return std::memcmp(ac.data_ptr(), bc.data_ptr(), bytes) == 0;
-  // Compare as bytes on the device; NaN payloads included.
-  return at::equal(ac.view(at::kByte), bc.view(at::kByte));
+  // Compare as bytes on the device; NaN payloads included. Flattened first: a 0-dim tensor (a
+  // loss's mean) cannot be viewed as bytes, and once threw here for every such CUDA key.
+  return at::equal(ac.reshape(-1).view(at::kByte), bc.reshape(-1).view(at::kByte));
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -201,11 +202,11 @@ std::vector<Expected> forward_ref(const CeCase& k, const OpCall& c, std::map<std
 // P_j Q + w_j q_j) times 1 + |x_j| + |lse| (the exp's argument, with the fp32 lse's rounding).
 std::vector<Expected> backward_ref(const CeCase& k, const OpCall& c, std::map<std::string, at::Tensor>& in) {
   const CrossEntropyGeom g = cross_entropy_geometry(c).value();
-  at::AutoGradMode on(true);
+  c10::AutoGradMode on(true);
   at::Tensor leaf = d64(in.at("self")).reshape({g.rows, g.classes}).detach().requires_grad_(true);
   at::Tensor loss = torch_loss(k, g, leaf, in, static_cast<int64_t>(g.reduction));
   at::Tensor grad = torch::autograd::grad({loss}, {leaf}, {d64(in.at("grad")).reshape(loss.sizes())})[0].detach();
-  at::NoGradGuard off;
+  c10::NoGradGuard off;
   const at::Tensor x = leaf.detach();
   const double e = g.label_smoothing, C = static_cast<double>(g.classes);
   const at::Tensor lse = at::logsumexp(x, {1}, true), P = (x - lse).exp(), w = weight_row(g, in, x.options());

@@ -73,6 +73,19 @@ std::optional<nlohmann::json> check_mean(const OpCall& c, const InputSet& s, con
 // rounded its mean almost exactly. Relative to the mean's own size that is outside the old budget;
 // relative to what was summed (sum |x| ~ 614) it is ~2 ulp, well inside the model. A warp-order
 // mean computed here passes too.
+// same_bits compares bytes (on the device as a byte view): a 0-dim tensor, a loss's mean, once
+// threw there, so every CUDA key with a 0-dim output was rejected at numerics. The CUDA half runs
+// where a device is present.
+TEST(Numerics, SameBitsOfZeroDimTensors) {
+  for (bool cuda : {false, true}) {
+    if (cuda && !at::hasCUDA()) continue;
+    const at::Device dev = cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+    const at::Tensor a = at::full({}, 1.5f, at::TensorOptions().device(dev)), c = at::full({}, 2.5f, a.options());
+    EXPECT_TRUE(same_bits(a, a.clone())) << dev;
+    EXPECT_FALSE(same_bits(a, c)) << dev;
+  }
+}
+
 TEST(Numerics, TreeOrderMeanNearZeroPasses) {
   OpCall c = call_of(OpId::kLayerNorm, {256, 768});
   InputSet s = set_of(c, "normal");
