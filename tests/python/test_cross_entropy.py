@@ -44,6 +44,8 @@ for it in range({calls}):
     with ctx():
         loss = F.cross_entropy(xx, t, {kw})
     loss.sum().backward()
+with torch.no_grad(), ctx():   # no graph: the forward alone is served
+    ng = F.cross_entropy(x, t, {kw})
 if x.is_cuda: torch.cuda.synchronize()
 x64 = x.double().requires_grad_(True)
 t64 = t.double() if t.is_floating_point() else t
@@ -56,6 +58,7 @@ edges = [type(f[0]).__name__ if f[0] is not None else None for f in loss.grad_fn
 print(json.dumps({{"grad_fn": loss.grad_fn.name(), "edges": edges, "hits": hits, "loss_dtype": str(loss.dtype),
                   "loss_err": (loss.double() - ref.detach()).abs().max().item(),
                   "loss_scale": ref.detach().abs().max().item(),
+                  "nograd_err": (ng.double() - ref.detach()).abs().max().item(), "nograd_fn": ng.grad_fn is None,
                   "grad_err": (xx.grad.double() - x64.grad).abs().max().item(),
                   "grad_scale": x64.grad.abs().max().item()}}))
 """
@@ -110,6 +113,7 @@ def serve_pair(tmp_path, case, device="cpu", dtype="float32", autocast=False,
     # The loss is computed in fp32 (and, without autocast, rounded once to the logits' dtype).
     loss_eps = EPS["f32"] if autocast else EPS[short]
     assert out["loss_err"] <= 64 * loss_eps * max(1.0, out["loss_scale"]), out
+    assert out["nograd_fn"] and out["nograd_err"] <= 64 * loss_eps * max(1.0, out["loss_scale"]), out
     assert out["grad_err"] <= 64 * EPS[short] * max(1.0, out["grad_scale"]), out
     if autocast:
         assert out["loss_dtype"] == "torch.float32", out   # what eager under autocast returns
