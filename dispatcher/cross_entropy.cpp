@@ -97,19 +97,28 @@ bool eligible(const at::Tensor& self, const at::Tensor& target, const at::Tensor
 }
 
 // Eager for the backward key: the composite's own autograd, run again from the saved logits
-// (only while the backward's kernel cannot answer), cast back to the logits' dtype as autocast's
-// cast does. Autocast is off here: upcast casts exactly as autocast would.
+// (only while the backward's kernel cannot answer). With upcast the forward ran under CUDA
+// autocast; the backward may run on another thread without it, so autocast is turned on for the
+// recomputation (the worker's reference does the same: evolve/ops/cross_entropy_reference.cpp).
+struct CudaAutocast {
+  explicit CudaAutocast(bool on) : on_(on), was_(at::autocast::is_autocast_enabled(at::kCUDA)) {
+    if (on_) at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  ~CudaAutocast() {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, was_);
+    if (!was_) at::autocast::clear_cache();
+  }
+  bool on_, was_;
+};
+
 at::Tensor eager_backward(const CeArgs& a, const at::Tensor& grad) {
   c10::AutoGradMode grad_on(true);
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  auto up = [&](const at::Tensor& t) {
-    return a.upcast && t.defined() && t.is_floating_point() && t.scalar_type() != at::kFloat ? t.to(at::kFloat) : t;
-  };
-  at::Tensor leaf = a.self.detach().requires_grad_(true);
-  const at::Tensor w = up(a.weight);
-  at::Tensor loss = composite(up(leaf), a.target.is_floating_point() ? up(a.target) : a.target,
-                              w.defined() ? std::optional<at::Tensor>(w) : std::nullopt, a.reduction, a.ignore_index,
-                              a.label_smoothing);
+  at::Tensor leaf = a.self.detach().requires_grad_(true), loss;
+  {
+    const CudaAutocast autocast(a.upcast);
+    loss = composite(leaf, a.target, a.weight_opt(), a.reduction, a.ignore_index, a.label_smoothing);
+  }
   return torch::autograd::grad({loss}, {leaf}, {grad.to(loss.scalar_type())})[0].to(a.self.scalar_type());
 }
 

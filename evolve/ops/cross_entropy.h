@@ -6,10 +6,10 @@
 // label_smoothing, upcast) -> (loss, lse):
 //   self [N, C] (or [C]: one row) in f32, bf16 or f16; target int64 class indices [N] ([]) or
 //   class probabilities of self's sizes; weight [C]. Probabilities and weight are in self's dtype,
-//   or in fp32 with `upcast` (autocast casts them, as it does self). lse: log-sum-exp of each row in fp32, [N]
+//   or in fp32 with `upcast` (autocast's mixed dtypes). lse: log-sum-exp of each row in fp32, [N]
 //   ([] for one row): the one statistic the backward needs, so no log-probability tensor is kept.
 //   loss: [N] for reduction none (a batched input), else 0-dim; self's dtype, fp32 with `upcast`
-//   (autocast: the result of eager on fp32 logits).
+//   (eager under CUDA autocast: nll_loss is in its fp32 list).
 // Per row i, with x = self[i], lse = log sum_j exp(x_j), e = label_smoothing, W = sum_j weight_j
 // (C without weight), w_j = weight_j (1 without weight):
 //   class target t:  term = (1 - e) w_t (lse - x_t) + (e / C) (lse W - sum_j w_j x_j)
@@ -41,7 +41,7 @@ struct CrossEntropyGeom {
   LossReduction reduction = LossReduction::kMean;
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
-  bool upcast = false;     // autocast: computed as on fp32 logits, the loss in fp32
+  bool upcast = false;     // the call ran under CUDA autocast: eager's loss is fp32
   DType dt = DType::kF32;  // self's dtype
   bool backward = false;   // the call is the backward operator
 

@@ -5,6 +5,7 @@
 #include "evolve/ops/reference.h"
 #include <c10/core/GradMode.h>
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -18,13 +19,21 @@ namespace {
 // No "special": a mean or sum over inf and nan is not an elementwise answer.
 const std::vector<std::string> kCrossEntropyKinds = {"normal", "large", "offset", "extreme"};
 
-// What eager computes on: with upcast (autocast) reduced-precision floats as fp32, as autocast
-// casts log_softmax's and nll_loss's inputs; fp64 (run_fp64) stays fp64.
-at::Tensor as_computed(const at::Tensor& t, bool upcast) {
-  if (!t.defined() || !upcast) return t;
-  const at::ScalarType s = t.scalar_type();
-  return s == at::kHalf || s == at::kBFloat16 ? t.to(at::kFloat) : t;
-}
+// With upcast the user's call ran under CUDA autocast, and eager is the composite under it: the
+// composite asks log_softmax for the logits' own dtype (so bf16 log-probabilities), nll_loss is
+// in autocast's fp32 list (an fp32 loss). fp64 inputs (run_fp64) are never cast. The dispatcher's
+// eager of the backward key does the same (dispatcher/cross_entropy.cpp).
+struct CudaAutocast {
+  explicit CudaAutocast(bool on) : on_(on), was_(at::autocast::is_autocast_enabled(at::kCUDA)) {
+    if (on_) at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+  ~CudaAutocast() {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, was_);
+    if (!was_) at::autocast::clear_cache();
+  }
+  bool on_, was_;
+};
 
 at::Tensor lse_of(const at::Tensor& x) {
   return at::logsumexp(x.scalar_type() == at::kDouble ? x : x.to(at::kFloat), {-1});
@@ -32,16 +41,17 @@ at::Tensor lse_of(const at::Tensor& x) {
 
 at::Tensor loss_of(const OpCall& c, const CrossEntropyGeom& g, const at::Tensor& x, const std::vector<at::Tensor>& in,
                    size_t first) {
-  const at::Tensor t = g.probs ? as_computed(in[first + 1], g.upcast) : in[first + 1];
-  return at::cross_entropy_loss(x, t, opt(as_computed(in[first + 2], g.upcast)), c.int_arg("reduction", 1),
-                                g.ignore_index, g.label_smoothing);
+  const CudaAutocast autocast(g.upcast && x.is_cuda());
+  at::Tensor loss = at::cross_entropy_loss(x, in[first + 1], opt(in[first + 2]), c.int_arg("reduction", 1),
+                                           g.ignore_index, g.label_smoothing);
+  // Under autocast the result is fp32 (nll_loss's policy); an fp64 reference stays fp64.
+  return g.upcast && loss.scalar_type() != at::kDouble ? loss.to(at::kFloat) : loss;
 }
 
 std::vector<at::Tensor> ce_eager(const OpCall& c, const std::vector<at::Tensor>& in) {
   auto g = cross_entropy_geometry(c);
   if (!g.is_ok()) return {};
-  const at::Tensor x = as_computed(in[0], g->upcast);
-  return {loss_of(c, g.value(), x, in, 0), lse_of(in[0])};
+  return {loss_of(c, g.value(), in[0], in, 0), lse_of(in[0])};
 }
 
 // grad_self by eager's own autograd through the composite, cast back to self's dtype as
@@ -51,7 +61,7 @@ std::vector<at::Tensor> ce_backward_eager(const OpCall& c, const std::vector<at:
   if (!g.is_ok()) return {};
   c10::AutoGradMode grad_on(true);
   at::Tensor leaf = in[1].detach().requires_grad_(true);
-  at::Tensor loss = loss_of(c, g.value(), as_computed(leaf, g->upcast), in, 1);
+  at::Tensor loss = loss_of(c, g.value(), leaf, in, 1);
   auto grads = torch::autograd::grad({loss}, {leaf}, {in[0].to(loss.scalar_type())});
   return {grads[0].to(in[1].scalar_type())};
 }
@@ -155,11 +165,15 @@ at::Tensor ce_whole(const OpCall& c, const std::vector<at::Tensor>& in, size_t j
   return E.add_(y * Dg).div_(D.abs()).add_(y);
 }
 
-// Rounded once from fp32 (the fused forward's only correct form), as one reduction.
-RowLayout ce_layout(const OpCall&, const std::vector<at::Tensor>&, size_t) {
+// Rounded once from fp32 (the fused forward's only correct form), as one reduction. Under
+// upcast eager's loss is fp32 computed from log-probabilities in the logits' dtype, so that
+// dtype's precision is the loss's (lse is computed in fp32 by both: fp32's).
+RowLayout ce_layout(const OpCall& c, const std::vector<at::Tensor>&, size_t j) {
   RowLayout l;
   l.model = true;
   l.rounds_once = true;
+  auto g = cross_entropy_geometry(c);
+  if (j == 0 && g.is_ok() && g->upcast && g->dt != DType::kF32) l.precision = g->dt;
   return l;
 }
 RowView ce_view(size_t) { return RowView::kWhole; }

@@ -21,6 +21,10 @@ struct RowLayout {
   // The output is computed in fp32 and rounded once to its dtype: a bf16 / f16 output's budget is
   // the fp32 model plus that one rounding, not the model in the output's precision.
   bool rounds_once = false;
+  // The unit roundoff is this dtype's rather than the output's (kOther: the output's): an fp32
+  // output that eager computes from reduced-precision values (cross-entropy under autocast, whose
+  // log-probabilities are bf16) is only that precise in eager, and the live check compares with eager.
+  DType precision = DType::kOther;
 };
 
 // How an input is cut into chunks of rows for the error model.

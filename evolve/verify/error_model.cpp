@@ -114,7 +114,8 @@ void attach_tolerance(const OpCall& call, InputSet& s) {
     // A half output rounded once: the fp32 model (eager's rounding error cannot open it past the
     // cap), then the rounding.
     const bool once = l.model && l.rounds_once && half_roundoff(od) > 0;
-    const double u = output_eps(call, once ? DType::kF32 : od), tau = s.tau[j];
+    const DType ud = l.precision != DType::kOther ? l.precision : once ? DType::kF32 : od;
+    const double u = output_eps(call, ud), tau = s.tau[j];
     const double eager = j < s.eager_err.size() ? s.eager_err[j] : 0;
     at::Tensor tol = at::empty(r64.sizes(), r64.options().dtype(at::kFloat));
     at::Tensor tf = flat(tol), rf = flat(r64), ef = flat(s.ref[j]);
