@@ -14,7 +14,6 @@
 #include <c10/core/GradMode.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/cross_entropy_loss_native.h>
-#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -22,8 +21,6 @@
 #include <torch/library.h>
 
 #include <memory>
-#include <type_traits>
-#include <typeinfo>
 
 #include "dispatcher/call.h"
 #include "dispatcher/composite.h"
@@ -70,24 +67,12 @@ at::Tensor composite(const at::Tensor& self, const at::Tensor& target, const std
   return at::native::cross_entropy_loss_symint(self, target, weight, reduction, ignore_index, label_smoothing);
 }
 
-// A dense tensor of kernelcraft's backends with nothing above it: no subclass, wrapper or view
-// flag that would make a kernel's reading of its bytes differ from what eager sees.
-bool plain(const at::Tensor& t, const at::Tensor& self) {
-  if (!t.defined()) return true;
-  if (t.layout() != at::kStrided || t.is_nested() || t.device() != self.device()) return false;
-  if (!(t.is_cpu() || t.is_cuda()) || t.is_conj() || t.is_neg()) return false;
-  if (typeid(*t.unsafeGetTensorImpl()) != typeid(c10::TensorImpl)) return false;   // functorch, functionalization
-  constexpr c10::DispatchKeySet kAbove({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
-                                        c10::DispatchKey::Functionalize, c10::DispatchKey::ZeroTensor});
-  if (t.key_set().has_any(kAbove)) return false;   // fake tensors and __torch_dispatch__ subclasses
-  return !t._fw_grad(/*level=*/0).defined();
-}
-
 // The calls the pair takes: a plain eager call of [N, C] or [C] logits in f32 / bf16 / f16 with
 // int64 classes or probabilities, whose target and weight want no gradient.
 bool eligible(const at::Tensor& self, const at::Tensor& target, const at::Tensor& weight) {
-  if (c10::impl::TorchDispatchModeTLS::any_modes_set()) return false;
-  if (!self.defined() || !target.defined() || !plain(self, self) || !plain(target, self) || !plain(weight, self))
+  if (!no_dispatch_mode()) return false;
+  if (!self.defined() || !target.defined() || !plain_tensor(self, self) || !plain_tensor(target, self) ||
+      !plain_tensor(weight, self))
     return false;
   const at::ScalarType s = self.scalar_type();
   if (s != at::kFloat && s != at::kBFloat16 && s != at::kHalf) return false;
@@ -100,18 +85,6 @@ bool eligible(const at::Tensor& self, const at::Tensor& target, const at::Tensor
 // (only while the backward's kernel cannot answer). With upcast the forward ran under CUDA
 // autocast; the backward may run on another thread without it, so autocast is turned on for the
 // recomputation (the worker's reference does the same: evolve/ops/cross_entropy_reference.cpp).
-struct CudaAutocast {
-  explicit CudaAutocast(bool on) : on_(on), was_(at::autocast::is_autocast_enabled(at::kCUDA)) {
-    if (on_) at::autocast::set_autocast_enabled(at::kCUDA, true);
-  }
-  ~CudaAutocast() {
-    if (!on_) return;
-    at::autocast::set_autocast_enabled(at::kCUDA, was_);
-    if (!was_) at::autocast::clear_cache();
-  }
-  bool on_, was_;
-};
-
 at::Tensor eager_backward(const CeArgs& a, const at::Tensor& grad) {
   c10::AutoGradMode grad_on(true);
   at::Tensor leaf = a.self.detach().requires_grad_(true), loss;
@@ -157,23 +130,9 @@ struct CrossEntropyNode : torch::autograd::Node {
   }
 };
 
-// The node pointer type of the installed torch: shared_ptr up to torch 2.11, intrusive_ptr later.
-using NodePtr = decltype(torch::autograd::Edge::function);
-template <class P> P new_node(CrossEntropyNode*& raw) {
-  if constexpr (std::is_same_v<P, std::shared_ptr<torch::autograd::Node>>) {
-    auto p = std::make_shared<CrossEntropyNode>();
-    raw = p.get();
-    return p;
-  } else {
-    auto p = c10::make_intrusive<CrossEntropyNode>();
-    raw = p.get();
-    return p;
-  }
-}
-
 at::Tensor attach_node(const CeArgs& a, at::Tensor loss, const at::Tensor& lse) {
   CrossEntropyNode* node = nullptr;
-  const NodePtr owner = new_node<NodePtr>(node);
+  const NodePtr owner = new_node(node);
   node->set_next_edges(torch::autograd::collect_next_edges(a.self));
   node->self_ = SavedVariable(a.self, false);
   node->target_ = SavedVariable(a.target, false);
