@@ -69,7 +69,7 @@ std::vector<at::Tensor> ce_backward_eager(const OpCall& c, const std::vector<at:
 // Targets: the drawn integers mod C with about one in eight ignore_index; probabilities: a
 // softmax of the drawn values (soft labels are distributions; signed "probabilities" would test
 // only cancellation); class weights non-negative.
-void derive_forward(const OpCall& c, const CrossEntropyGeom& g, at::Tensor& target, at::Tensor& weight) {
+void derive_forward(const CrossEntropyGeom& g, at::Tensor& target, at::Tensor& weight) {
   if (g.probs) {
     target.copy_(at::softmax(target.to(at::kFloat), -1));
   } else {
@@ -78,19 +78,18 @@ void derive_forward(const OpCall& c, const CrossEntropyGeom& g, at::Tensor& targ
     target.copy_(at::where(raw.div(g.classes, "floor").remainder(8).eq(0), at::full_like(cls, g.ignore_index), cls));
   }
   if (weight.defined()) weight.abs_();
-  (void)c;
 }
 
 void ce_derive(const OpCall& c, std::vector<at::Tensor>& in, at::Device) {
   auto g = cross_entropy_geometry(c);
-  if (g.is_ok()) derive_forward(c, g.value(), in[1], in[2]);
+  if (g.is_ok()) derive_forward(g.value(), in[1], in[2]);
 }
 
 // The forward's inputs as the forward draws them, and lse as the forward computes it.
 void ce_backward_derive(const OpCall& c, std::vector<at::Tensor>& in, at::Device) {
   auto g = cross_entropy_geometry(c);
   if (!g.is_ok()) return;
-  derive_forward(c, g.value(), in[2], in[3]);
+  derive_forward(g.value(), in[2], in[3]);
   in[4].copy_(lse_of(in[1]));
 }
 

@@ -1,6 +1,8 @@
 // Cases of the CUDA template tests; see template_cuda_cases.h.
 #include "tests/unit/template_cuda_cases.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 
 namespace kc::evolve::cuda_cases {
@@ -212,6 +214,22 @@ std::vector<Case> cases() {
     v.push_back({op, {7}, DType::kF16, {{"probs", true}, {"reduction", 2}}, 0});
   }
   return v;
+}
+
+OpCall call_of(const Case& k) {
+  auto c = make_call(k.op, k.sizes, k.dt, BackendKind::kCuda, k.args);
+  EXPECT_TRUE(c.is_ok()) << describe(k) << ": " << c.status().to_string();
+  return c.is_ok() ? c.value() : OpCall{};
+}
+
+const Template* cuda_template_for(const OpCall& c) {
+  const Template* found = nullptr;
+  for (const Template* t : cuda_templates())
+    if (!t->space(c).empty()) {
+      EXPECT_EQ(found, nullptr) << "two CUDA templates claim " << op_info(c.op).name;
+      found = t;
+    }
+  return found;
 }
 
 }  // namespace kc::evolve::cuda_cases

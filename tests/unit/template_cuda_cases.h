@@ -26,5 +26,9 @@ struct Case {
 
 std::string describe(const Case& k);
 std::vector<Case> cases();
+// The case's call (a gtest failure, and an empty call, where make_call refuses it).
+OpCall call_of(const Case& k);
+// The one CUDA template whose space is not empty for c (a gtest failure if two claim it).
+const Template* cuda_template_for(const OpCall& c);
 
 }  // namespace kc::evolve::cuda_cases

@@ -1,0 +1,140 @@
+// The CUDA templates' default settings for the families where a default was measured on the
+// H200 (pooling bakes its window, half layer norm loads 16 bytes, cross-entropy's long-row
+// geometry and launches): the rendered knobs and launch specs, without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "evolve/propose/proposer.h"
+#include "tests/unit/template_cuda_cases.h"
+
+namespace kc::evolve {
+namespace {
+
+using nlohmann::json;
+using cuda_cases::call_of;
+using cuda_cases::cuda_template_for;
+
+// cuda.pool: the baked kernel is the default (window in the source, not in the arguments), the
+// runtime kernel stays reachable, knobs a variant ignores are canonical, a register span too wide
+// for the registers is kUnsupported, and adaptive calls offer the runtime kernel only.
+TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
+  const json m3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}};
+  OpCall c = call_of({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, m3});
+  const Template* t = cuda_template_for(c);
+  ASSERT_NE(t, nullptr);
+  auto def = t->render(c, {});
+  ASSERT_TRUE(def.is_ok()) << def.status().to_string();
+  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"threads", 256}, {"vpt", 2}}));
+  EXPECT_NE(def->source.find("constexpr int KT = 3, KH = 3, KW = 3;"), std::string::npos);
+  EXPECT_NE(def->source.find("constexpr int DT = 3, DH = 3, DW = 3;"), std::string::npos);
+  // Outputs, input, rows and six sizes; the runtime kernel adds 12 window values, divisor, pad flag.
+  EXPECT_EQ(def->launch["launches"][0]["args"].size(), 10u);
+  auto rt = t->render(c, {{"bake", 0}, {"il", 0}, {"regs", 1}});
+  auto rt2 = t->render(c, {{"bake", 0}, {"il", 1}, {"regs", 0}});
+  ASSERT_TRUE(rt.is_ok() && rt2.is_ok());
+  EXPECT_EQ(rt->id(), rt2->id());
+  EXPECT_EQ(rt->source.find("constexpr int KT"), std::string::npos);
+  EXPECT_EQ(rt->launch["launches"][0]["args"].size(), 24u);
+  auto span = t->render(c, {{"regs", 1}, {"il", 1}});
+  ASSERT_TRUE(span.is_ok());
+  EXPECT_EQ(span->knobs.at("il"), 0);   // a register span needs consecutive outputs
+
+  OpCall wide = call_of({OpId::kMaxPool2d, {1, 1, 4, 200}, DType::kF32,
+                         {{"kernel_size", {1, 8}}, {"stride", {1, 2}}, {"dilation", {1, 4}}}});
+  auto too_wide = t->render(wide, {{"regs", 1}, {"vpt", 4}});   // 3 * 2 + 7 * 4 + 1 = 35 registers
+  ASSERT_FALSE(too_wide.is_ok());
+  EXPECT_EQ(too_wide.status().code(), Code::kUnsupported);
+  EXPECT_TRUE(t->render(wide, {{"regs", 1}, {"vpt", 2}}).is_ok());
+
+  OpCall ad = call_of({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}});
+  for (const auto& d : t->space(ad)) EXPECT_TRUE(d.name != "bake" && d.name != "il" && d.name != "regs") << d.name;
+}
+
+// Layer norm in halves: 8 halves (16 bytes) a vector load where the row allows, statistics in
+// fp32; fp32 renders keep their element type (no 16-bit wrapper); 8-wide column sums over 32 row
+// groups would need 64 KiB of static shared memory and are refused.
+TEST(TemplatesCuda, LayerNormHalvesLoadSixteenBytes) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    OpCall f = call_of({OpId::kLayerNorm, {64, 1024}, dt, json::object()});
+    EXPECT_EQ(f.outputs[0].dtype, dt);
+    EXPECT_EQ(f.outputs[1].dtype, DType::kF32);
+    const Template* t = cuda_template_for(f);
+    ASSERT_NE(t, nullptr);
+    auto r = t->render(f, {});
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->knobs.at("vec"), 8);
+    EXPECT_NE(r->source.find("struct KcE"), std::string::npos);
+    EXPECT_EQ(r->source.find("KC_ELEM"), std::string::npos);
+    OpCall b = call_of({OpId::kLayerNormBackward, {64, 1024}, dt, json::object()});
+    EXPECT_EQ(b.input("mean")->dtype, DType::kF32);
+    EXPECT_EQ(b.outputs[1].dtype, dt);
+    auto br = cuda_template_for(b)->render(b, {});
+    ASSERT_TRUE(br.is_ok()) << br.status().to_string();
+    EXPECT_EQ(br->knobs.at("vec"), 8);
+    EXPECT_EQ(br->knobs.at("col_vec"), 8);
+    EXPECT_EQ(cuda_template_for(b)->render(b, {{"col_ty", 32}, {"col_vec", 8}}).status().code(), Code::kUnsupported);
+    OpCall odd = call_of({OpId::kLayerNorm, {3, 130}, dt, json::object()});   // 130 = 2 * 65: pairs at most
+    auto o = cuda_template_for(odd)->render(odd, {});
+    ASSERT_TRUE(o.is_ok()) << o.status().to_string();
+    EXPECT_EQ(o->knobs.at("vec"), 2);
+  }
+  OpCall f32 = call_of({OpId::kLayerNorm, {64, 1024}, DType::kF32, json::object()});
+  auto r = cuda_template_for(f32)->render(f32, {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->source.find("KcE"), std::string::npos);
+  EXPECT_EQ(r->knobs.at("vec"), 4);
+}
+
+// Cross-entropy: an LLM vocabulary in bf16 defaults to a block of 256 threads a row (512 for the
+// backward) with four 16-byte loads in flight (two), 1000 classes to a warp a row; reduction none (and a 1-d self) is one launch without
+// scratch, mean and sum add the fold; the backward needs its one-block prep only for a class
+// mean or weighted smoothing; an absent weight is never named; a register-hungry unroll is
+// kUnsupported; a grad in another dtype than the loss's stays eager's.
+TEST(TemplatesCuda, CrossEntropyDefaultsAndLaunches) {
+  OpCall llm = call_of({OpId::kCrossEntropy, {8192, 128256}, DType::kBF16, json::object()});
+  const Template* t = cuda_template_for(llm);
+  ASSERT_NE(t, nullptr);
+  auto r = t->render(llm, {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->knobs.at("threads"), 256);
+  EXPECT_EQ(r->knobs.at("unroll"), 4);
+  EXPECT_EQ(r->knobs.at("vec"), 8);
+  OpCall llm_b = call_of({OpId::kCrossEntropyBackward, {8192, 128256}, DType::kBF16, json::object()});
+  auto rb = cuda_template_for(llm_b)->render(llm_b, {});
+  ASSERT_TRUE(rb.is_ok()) << rb.status().to_string();
+  EXPECT_EQ(rb->knobs.at("threads"), 512);
+  EXPECT_EQ(rb->knobs.at("unroll"), 2);
+  EXPECT_EQ(r->launch["launches"].size(), 2u);
+  EXPECT_TRUE(r->launch.contains("scratch"));
+  EXPECT_EQ(r->launch.dump().find("ptr:weight"), std::string::npos);
+  OpCall small = call_of({OpId::kCrossEntropy, {64, 1000}, DType::kF32, {{"reduction", 0}, {"weight", true}}});
+  auto s = cuda_template_for(small)->render(small, {});
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->knobs.at("threads"), 32);
+  EXPECT_EQ(s->launch["launches"].size(), 1u);
+  EXPECT_FALSE(s->launch.contains("scratch"));
+  EXPECT_NE(s->launch.dump().find("ptr:weight"), std::string::npos);
+  OpCall one = call_of({OpId::kCrossEntropy, {1000}, DType::kF32, {{"reduction", 1}}});
+  EXPECT_EQ(cuda_template_for(one)->render(one, {})->launch["launches"].size(), 1u);
+  // fp32 probabilities and weight beside bf16 logits: 4 vectors of 8 are 48 words a thread.
+  OpCall up = call_of({OpId::kCrossEntropy, {64, 128256}, DType::kBF16, {{"probs", true}, {"weight", true}, {"upcast", true}}});
+  EXPECT_EQ(cuda_template_for(up)->render(up, {{"threads", 1024}, {"unroll", 4}, {"vec", 8}}).status().code(),
+            Code::kUnsupported);
+  for (const auto& [args, prep] : std::vector<std::pair<json, bool>>{{{{"reduction", 1}}, true},
+                                                                    {{{"reduction", 2}}, false},
+                                                                    {{{"reduction", 2}, {"weight", true}, {"label_smoothing", 0.1}}, true},
+                                                                    {{{"reduction", 1}, {"probs", true}}, false}}) {
+    OpCall b = call_of({OpId::kCrossEntropyBackward, {64, 1000}, DType::kBF16, args});
+    auto br = cuda_template_for(b)->render(b, {});
+    ASSERT_TRUE(br.is_ok()) << args.dump() << ": " << br.status().to_string();
+    EXPECT_EQ(br->launch["launches"].size(), prep ? 2u : 1u) << args.dump();
+  }
+  OpCall g32 = call_of({OpId::kCrossEntropyBackward, {64, 1000}, DType::kBF16, {{"reduction", 0}}});
+  g32.inputs[0].dtype = DType::kF32;
+  for (const Template* ct : cuda_templates()) EXPECT_TRUE(ct->space(g32).empty()) << ct->name();
+}
+
+}  // namespace
+}  // namespace kc::evolve
