@@ -6,6 +6,8 @@
 
 #include <typeinfo>
 
+#include "runtime/log.h"
+
 namespace kc::dispatch {
 
 bool plain_tensor(const at::Tensor& t, const at::Tensor& lead) {
@@ -29,6 +31,21 @@ CudaAutocast::~CudaAutocast() {
   if (!on_) return;
   at::autocast::set_autocast_enabled(at::kCUDA, was_);
   if (!was_) at::autocast::clear_cache();
+}
+
+bool register_composite(OpId op) {
+  try {
+    switch (op) {
+      case OpId::kCrossEntropy: register_cross_entropy(); return true;
+      case OpId::kRmsNorm: register_rms_norm(); return true;
+      case OpId::kCrossEntropyBackward:
+      case OpId::kRmsNormBackward: return true;   // installed with its forward
+      default: return false;
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::kWarn, std::string("could not intercept ") + op_info(op).name + ": " + e.what());
+    return false;
+  }
 }
 
 }  // namespace kc::dispatch

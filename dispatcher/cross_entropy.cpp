@@ -193,8 +193,7 @@ at::Tensor cross_entropy_kernel(const at::Tensor& self, const at::Tensor& target
 
 }  // namespace
 
-bool register_composite(OpId op) {
-  if (op != OpId::kCrossEntropy) return op == OpId::kCrossEntropyBackward;   // installed with its forward
+void register_cross_entropy() {
   // Leaked on purpose, as the backend libraries are (registry.cpp).
   auto* cpu = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCPU, __FILE__, __LINE__);
   cpu->impl("cross_entropy_loss", TORCH_FN(cross_entropy_kernel));
@@ -202,7 +201,6 @@ bool register_composite(OpId op) {
   auto* cuda = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCUDA, __FILE__, __LINE__);
   cuda->impl("cross_entropy_loss", TORCH_FN(cross_entropy_kernel));
 #endif
-  return true;
 }
 
 }  // namespace kc::dispatch

@@ -66,6 +66,17 @@ std::vector<at::Tensor> ce_backward_eager(const OpCall& c, const std::vector<at:
   return {grads[0].to(in[1].scalar_type())};
 }
 
+// The user's eager: the composite's loss alone (no lse), and its backward without the forward
+// it recomputes above.
+at::Tensor ce_forward(const OpCall& c, const std::vector<at::Tensor>& in) {
+  auto g = cross_entropy_geometry(c);
+  return g.is_ok() ? loss_of(c, g.value(), in[0], in, 0) : at::Tensor();
+}
+void ce_timed(const OpCall& c, const std::vector<at::Tensor>& in) { ce_forward(c, in); }
+void ce_backward_timed(const OpCall& c, const std::vector<at::Tensor>& in) {
+  if (cross_entropy_geometry(c).is_ok()) backward_only({in[1], in[2], in[3]}, {true, false, false}, in[0], &ce_forward, c);
+}
+
 // Targets: the drawn integers mod C with about one in eight ignore_index; probabilities: a
 // softmax of the drawn values (soft labels are distributions; signed "probabilities" would test
 // only cancellation); class weights non-negative.
@@ -180,11 +191,11 @@ RowView ce_view(size_t) { return RowView::kWhole; }
 }  // namespace
 
 extern const FamilyReference kCrossEntropyReference{&ce_eager, &kCrossEntropyKinds, 1e3, 3.0, &ce_derive,
-                                                    &ce_layout, &ce_view, nullptr, false, &ce_whole};
+                                                    &ce_layout, &ce_view, nullptr, false, &ce_whole, &ce_timed};
 // The backward is elementwise given lse (a row's grad is P_j times two per-row constants, minus a
 // weight): eager's evidence, as the other backward losses.
 extern const FamilyReference kCrossEntropyBackwardReference{&ce_backward_eager, &kCrossEntropyKinds, 1e3, 3.0,
                                                             &ce_backward_derive, nullptr, nullptr, nullptr, false,
-                                                            nullptr};
+                                                            nullptr, &ce_backward_timed};
 
 }  // namespace kc::evolve

@@ -46,6 +46,12 @@ std::vector<at::Tensor> run_eager(const OpCall& c, const std::vector<at::Tensor>
   return family_reference(op_info(c.op).family).eager(c, in);
 }
 
+void run_eager_timed(const OpCall& c, const std::vector<at::Tensor>& in) {
+  const FamilyReference& f = family_reference(op_info(c.op).family);
+  if (f.timed) f.timed(c, in);
+  else f.eager(c, in);
+}
+
 std::vector<at::Tensor> run_fp64(const OpCall& c, const std::vector<at::Tensor>& in) {
   std::vector<at::Tensor> d;
   for (const auto& t : in) d.push_back(t.defined() && t.is_floating_point() ? t.to(at::kDouble) : t);

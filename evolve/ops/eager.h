@@ -14,6 +14,10 @@ namespace kc::evolve {
 // returns its outputs as a list of c.outputs.size() entries (undefined for masked-out grads).
 std::vector<at::Tensor> run_eager(const OpCall& c, const std::vector<at::Tensor>& inputs);
 
+// One call of what the user's eager of `c` costs, for timing (FamilyReference::timed); outputs
+// dropped.
+void run_eager_timed(const OpCall& c, const std::vector<at::Tensor>& inputs);
+
 // The same with every floating input promoted to float64 (the "exact" reference); outputs f64.
 std::vector<at::Tensor> run_fp64(const OpCall& c, const std::vector<at::Tensor>& inputs);
 

@@ -58,9 +58,19 @@ struct FamilyReference {
   // Output j's condition magnitude for the whole call at once, output-shaped, from the inputs
   // (e.g. pooling: the magnitudes summed into each window); nullptr: layout/scale (or none).
   at::Tensor (*whole)(const OpCall& c, const std::vector<at::Tensor>& in, size_t j);
+  // What the user's eager costs, for the timing stage only (no outputs kept); nullptr: `eager`.
+  // A composite pair's eager returns more than the user's call computes (the forward's statistic;
+  // the backward recomputes its forward), which would flatter a candidate timed against it.
+  void (*timed)(const OpCall& c, const std::vector<at::Tensor>& in) = nullptr;
 };
 
 const FamilyReference& family_reference(OpFamily f);
+
+// A composite's backward alone, as the user's eager runs it after its forward: `forward` builds
+// the composite's output from leaf copies of `leaves` (wanted[i]: leaf i takes a gradient) once
+// per input set, keeping its graph, and each call runs only autograd's backward of it on `grad`.
+void backward_only(const std::vector<at::Tensor>& leaves, const std::vector<bool>& wanted, const at::Tensor& grad,
+                   at::Tensor (*forward)(const OpCall&, const std::vector<at::Tensor>&), const OpCall& c);
 
 // The layout of a family that reduces or scans the lead input along the call's "dim" (softmax,
 // scans): every output in rows of that axis.

@@ -52,6 +52,13 @@
 //   cpu.cross_entropy_backward  grad_self from the forward's lse, each element written once (D and
 //                        W by a one-block launch first where needed): rows, vexp, simd
 //                        (templates_cpu_cross_entropy_backward.cpp)
+//   cpu.rms_norm         kernelcraft::rms_norm (f32 / bf16): per row sum of squares, rstd, out =
+//                        x rstd w: rows, split (as layer norm: chunk sums in scratch, added in
+//                        chunk order by every chunk), acc, unroll, simd (templates_cpu_rms_norm.cpp)
+//   cpu.rms_norm_backward  grad_input and/or grad_weight from the forward's rstd: rows, split (as
+//                        above), wb_rows, wb_cols (as layer norm's backward), fuse (both grads: the
+//                        grad_input pass writes the slab partials), acc, unroll, simd
+//                        (templates_cpu_rms_norm_backward.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -78,6 +85,8 @@ const Template* cpu_group_norm_backward_template();
 const Template* cpu_embedding_backward_template();
 const Template* cpu_cross_entropy_template();
 const Template* cpu_cross_entropy_backward_template();
+const Template* cpu_rms_norm_template();
+const Template* cpu_rms_norm_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
@@ -87,7 +96,8 @@ const std::vector<const Template*>& cpu_templates() {
                                                  cpu_pool_backward_template(),
                                                  cpu_loss_template(), cpu_loss_backward_template(),
                                                  cpu_batch_norm_backward_template(), cpu_group_norm_backward_template(), cpu_embedding_backward_template(),
-                                                 cpu_cross_entropy_template(), cpu_cross_entropy_backward_template()};
+                                                 cpu_cross_entropy_template(), cpu_cross_entropy_backward_template(),
+                                                 cpu_rms_norm_template(), cpu_rms_norm_backward_template()};
   return v;
 }
 

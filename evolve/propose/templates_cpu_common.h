@@ -257,6 +257,30 @@ inline std::string accumulators(bool dbl) {
   return s;
 }
 
+// kc_f (load as float) and kc_put (store, rounded once) for float and bf16 (uint16_t) elements:
+// bf16 is the upper half of a float; stores round to nearest even and keep NaN quiet.
+inline std::string bf16_conversions() {
+  return R"K(static inline float kc_f(float v) { return v; }
+static inline float kc_f(uint16_t v) {
+  const uint32_t u = (uint32_t)v << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+static inline void kc_put(float* p, float v) { *p = v; }
+static inline void kc_put(uint16_t* p, float v) {
+  uint32_t u;
+  __builtin_memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (uint16_t)((u >> 16) | 0x40u); return; }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  *p = (uint16_t)(u >> 16);
+}
+)K";
+}
+
+// The C element type of a CPU template's f32 or bf16 tensor.
+inline const char* elem_type(DType d) { return d == DType::kF32 ? "float" : "uint16_t"; }
+
 inline Candidate candidate(const char* family, Knobs k, std::string source, json launches, json scratch = json()) {
   Candidate c;
   c.family = family;

@@ -162,26 +162,10 @@ class CrossEntropyTemplate : public Template {
 }  // namespace
 
 std::string ce_cpu_prelude(const CeCall& f) {
-  auto ty = [](DType d) { return d == DType::kF32 ? "float" : "uint16_t"; };
+  auto ty = cpu_tpl::elem_type;
   auto flag = [](bool b) { return b ? "1" : "0"; };
   const bool smooth = f.g.label_smoothing > 0;
-  // bf16 is the upper half of a float; stores round to nearest even and keep NaN quiet.
-  std::string s = R"K(static inline float kc_f(float v) { return v; }
-static inline float kc_f(uint16_t v) {
-  const uint32_t u = (uint32_t)v << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-static inline void kc_put(float* p, float v) { *p = v; }
-static inline void kc_put(uint16_t* p, float v) {
-  uint32_t u;
-  __builtin_memcpy(&u, &v, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) { *p = (uint16_t)((u >> 16) | 0x40u); return; }
-  u += 0x7fffu + ((u >> 16) & 1u);
-  *p = (uint16_t)(u >> 16);
-}
-)K";
+  std::string s = cpu_tpl::bf16_conversions();
   s += std::string("typedef ") + ty(f.x) + " kc_x_t;\ntypedef " + ty(f.g.weighted ? f.w : DType::kF32) +
        " kc_w_t;\ntypedef " + ty(f.g.probs ? f.q : DType::kF32) + " kc_q_t;\ntypedef " + ty(f.loss) + " kc_l_t;\n";
   s += std::string("#define KC_HAS_W ") + flag(f.g.weighted) + "\n#define KC_PROBS " + flag(f.g.probs) +

@@ -141,7 +141,7 @@ struct Gauntlet::Impl {
   // One eager call on `in` (the reference the candidate is timed against), errors as a Status.
   Status eager_call(const std::vector<at::Tensor>& in) {
     try {
-      run_eager(call, in);
+      run_eager_timed(call, in);
     } catch (const std::exception& e) {
       return Status::error(Code::kLaunchError, e.what());
     }
