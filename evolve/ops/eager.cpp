@@ -4,8 +4,12 @@
 
 #include "evolve/ops/reference.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 
 namespace kc::evolve {
 
@@ -62,6 +66,34 @@ const std::vector<std::string>& input_kinds(OpId op) { return *family_reference(
 
 namespace {
 
+// N(0, 1) values into `base` (fp32, CPU). Up to kSerialDraw elements they come from `g` in order.
+// A larger tensor (a vocabulary's logits: a billion values, seconds of a serial draw per input
+// set, and keys that large rebuild their sets for every candidate) is drawn in chunks in parallel,
+// each from its own generator seeded by g's next draws: still a function of the seed alone, the
+// same on every machine and device.
+void draw_normal(at::Tensor& base, at::Generator& g) {
+  constexpr int64_t kSerialDraw = int64_t{1} << 22;
+  const int64_t n = base.numel();
+  if (n <= kSerialDraw) {
+    base.normal_(0, 1, g);
+    return;
+  }
+  const int64_t chunks = (n + kSerialDraw - 1) / kSerialDraw;
+  std::vector<uint64_t> seeds(static_cast<size_t>(chunks));
+  {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    auto* impl = g.get<at::CPUGeneratorImpl>();
+    for (auto& s : seeds) s = impl->random64();
+  }
+  at::Tensor flat = base.view(-1);
+  at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      auto gi = at::make_generator<at::CPUGeneratorImpl>(seeds[static_cast<size_t>(i)]);
+      flat.narrow(0, i * kSerialDraw, std::min(kSerialDraw, n - i * kSerialDraw)).normal_(0, 1, gi);
+    }
+  });
+}
+
 at::Tensor values(const TensorMeta& m, const std::string& kind, at::Generator& g, at::Device dev, OpId op) {
   auto opts = at::TensorOptions().dtype(to_scalar_type(m.dtype)).device(dev);
   if (!at::isFloatingType(to_scalar_type(m.dtype))) {
@@ -74,7 +106,7 @@ at::Tensor values(const TensorMeta& m, const std::string& kind, at::Generator& g
     return out;
   }
   at::Tensor base = at::empty(m.sizes, opts.dtype(at::kFloat).device(at::kCPU));
-  base.normal_(0, 1, g);
+  draw_normal(base, g);
   const FamilyReference& fam = family_reference(op_info(op).family);
   if (kind == "large") {
     base.mul_(fam.large_scale);

@@ -3,6 +3,8 @@
 // open the budget past the model's cap.
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -84,6 +86,25 @@ TEST(Numerics, SameBitsOfZeroDimTensors) {
     EXPECT_TRUE(same_bits(a, a.clone())) << dev;
     EXPECT_FALSE(same_bits(a, c)) << dev;
   }
+}
+
+// Input draws (evolve/ops/eager.cpp): a small tensor is the seed's generator drawn in order, as it
+// always was; a large one (drawn in parallel chunks) is still a function of the seed alone, and its
+// chunks are not copies of each other.
+TEST(Inputs, LargeDrawsAreAFunctionOfTheSeed) {
+  const OpCall small = call_of(OpId::kRelu, {1000});
+  auto g = at::make_generator<at::CPUGeneratorImpl>(11);
+  at::Tensor direct = at::empty({1000}).normal_(0, 1, g);
+  EXPECT_TRUE(at::equal(make_inputs(small, "normal", 11, at::kCPU)[0], direct));
+
+  const int64_t chunk = int64_t{1} << 22;
+  const OpCall big = call_of(OpId::kRelu, {3 * chunk + 5});
+  const at::Tensor a = make_inputs(big, "normal", 11, at::kCPU)[0];
+  EXPECT_TRUE(at::equal(a, make_inputs(big, "normal", 11, at::kCPU)[0]));
+  EXPECT_FALSE(at::equal(a, make_inputs(big, "normal", 12, at::kCPU)[0]));
+  EXPECT_FALSE(at::equal(a.narrow(0, 0, 1000), a.narrow(0, chunk, 1000)));
+  EXPECT_NEAR(a.mean().item<double>(), 0.0, 1e-3);
+  EXPECT_NEAR(a.std().item<double>(), 1.0, 1e-3);
 }
 
 TEST(Numerics, TreeOrderMeanNearZeroPasses) {
