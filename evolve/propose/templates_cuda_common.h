@@ -235,6 +235,23 @@ inline Result<RowGeom> row_geom(Knobs& k, int64_t L) {
   return r;
 }
 
+// Row knobs for kernels that read a row twice (a sum, then the outputs): threads / rows / vec /
+// regs as row_space, but the default is the fewest threads a row (a warp, or a block of 64 to
+// 1024) whose registers hold the row in the widest vectors, so the second pass never touches
+// memory; a row too long for any group streams through `stream` threads reading it twice
+// (RMSNorm forward and backward).
+inline void cached_row_space(std::vector<KnobDim>& sp, DType d, int64_t L, int64_t stream) {
+  auto vecs = vec_values(d, L);
+  const int64_t vec = vecs.back(), nv = L / vec;
+  int64_t g = 0;
+  for (int64_t t = 32; t <= 1024 && g == 0; t *= 2)
+    if (pow2_ceil(cdiv(nv, t)) * vec <= reg_budget(t == 32 ? 128 : t)) g = t;
+  sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, g ? g : stream)});
+  sp.push_back({"rows", with_default({1, 2, 4, 8}, g == 32 ? 4 : 1)});
+  sp.push_back({"vec", with_default(vecs, vec)});
+  sp.push_back({"regs", g ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0, 1}});
+}
+
 inline std::string row_consts(const RowGeom& r) {
   return "constexpr int G = " + S(r.g) + ", RPB = " + S(r.rpb) + ", NT = G * RPB, VEC = " + S(r.vec) +
          ", ITEMS = " + S(r.items) + ";\n";

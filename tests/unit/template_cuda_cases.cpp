@@ -213,6 +213,15 @@ std::vector<Case> cases() {
     v.push_back({op, {9, 130}, DType::kBF16, {{"probs", true}, {"weight", true}, {"upcast", true}}, 1});
     v.push_back({op, {7}, DType::kF16, {{"probs", true}, {"reduction", 2}}, 0});
   }
+  // RMSNorm: warp and block rows, weight or none, odd columns, a split long row, every mask.
+  for (OpId op : {OpId::kRmsNorm, OpId::kRmsNormBackward}) {
+    v.push_back({op, {64, 4096}, DType::kBF16, json::object(), 2});
+    v.push_back({op, {37, 1000}, DType::kF32, {{"weight", false}}, 2});
+    v.push_back({op, {5, 77}, DType::kF16, json::object(), 1});
+    v.push_back({op, {1, 128256}, DType::kBF16, json::object(), 1});
+  }
+  for (const json& mask : {json{1, 0}, json{0, 1}})
+    v.push_back({OpId::kRmsNormBackward, {33, 1024}, DType::kF32, {{"output_mask", mask}}, 1});
   return v;
 }
 

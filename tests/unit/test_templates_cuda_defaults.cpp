@@ -136,5 +136,49 @@ TEST(TemplatesCuda, CrossEntropyDefaultsAndLaunches) {
   for (const Template* ct : cuda_templates()) EXPECT_TRUE(ct->space(g32).empty()) << ct->name();
 }
 
+// RMSNorm: an LLM hidden size in bf16 keeps the row in registers (128 threads a row, 16-byte
+// vectors), 1024 fp32 columns take a warp a row, one 128256 row splits, odd columns fall back to
+// narrower vectors; the backward's grad_weight sums over row ranges with a finishing launch, and
+// a mask without grad_input has no row knobs; an absent weight is never named.
+TEST(TemplatesCuda, RmsNormDefaultsAndLaunches) {
+  OpCall h = call_of({OpId::kRmsNorm, {8192, 4096}, DType::kBF16, json::object()});
+  const Template* t = cuda_template_for(h);
+  ASSERT_NE(t, nullptr);
+  auto r = t->render(h, {});
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->knobs.at("threads"), 128);
+  EXPECT_EQ(r->knobs.at("vec"), 8);
+  EXPECT_EQ(r->knobs.at("regs"), 1);
+  EXPECT_EQ(r->knobs.at("split"), 0);
+  EXPECT_EQ(r->launch["launches"].size(), 1u);
+  EXPECT_NE(r->launch.dump().find("ptr:weight"), std::string::npos);
+  OpCall f = call_of({OpId::kRmsNorm, {8192, 1024}, DType::kF32, {{"weight", false}}});
+  auto rf = cuda_template_for(f)->render(f, {});
+  ASSERT_TRUE(rf.is_ok()) << rf.status().to_string();
+  EXPECT_EQ(rf->knobs.at("threads"), 32);
+  EXPECT_EQ(rf->knobs.at("vec"), 4);
+  EXPECT_EQ(rf->launch.dump().find("ptr:weight"), std::string::npos);
+  OpCall one = call_of({OpId::kRmsNorm, {1, 128256}, DType::kBF16, json::object()});
+  auto ro = cuda_template_for(one)->render(one, {});
+  ASSERT_TRUE(ro.is_ok()) << ro.status().to_string();
+  EXPECT_GT(ro->knobs.at("split"), 0);
+  EXPECT_EQ(ro->launch["launches"].size(), 2u);
+  OpCall odd = call_of({OpId::kRmsNorm, {65, 77}, DType::kF16, json::object()});
+  EXPECT_EQ(cuda_template_for(odd)->render(odd, {})->knobs.at("vec"), 1);
+  OpCall b = call_of({OpId::kRmsNormBackward, {8192, 4096}, DType::kBF16, json::object()});
+  auto rb = cuda_template_for(b)->render(b, {});
+  ASSERT_TRUE(rb.is_ok()) << rb.status().to_string();
+  EXPECT_EQ(rb->launch["launches"].size(), 3u);   // rows, column ranges, their sum
+  EXPECT_GT(rb->knobs.at("col_split"), 1);
+  OpCall bw = call_of({OpId::kRmsNormBackward, {64, 1000}, DType::kF32, {{"output_mask", {0, 1}}}});
+  const Template* tb = cuda_template_for(bw);
+  ASSERT_NE(tb, nullptr);
+  for (const auto& d : tb->space(bw)) EXPECT_EQ(d.name.rfind("col_", 0), 0u) << d.name;
+  OpCall bi = call_of({OpId::kRmsNormBackward, {64, 1000}, DType::kF32, {{"weight", false}}});
+  auto rbi = cuda_template_for(bi)->render(bi, {});
+  ASSERT_TRUE(rbi.is_ok()) << rbi.status().to_string();
+  EXPECT_EQ(rbi->launch["launches"].size(), 1u);
+}
+
 }  // namespace
 }  // namespace kc::evolve
