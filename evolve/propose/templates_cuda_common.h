@@ -252,6 +252,23 @@ inline void cached_row_space(std::vector<KnobDim>& sp, DType d, int64_t L, int64
   sp.push_back({"regs", g ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0, 1}});
 }
 
+// Column-sum knobs (a norm backward's grad_weight / grad_bias over M rows of N): blocks of 32 x
+// col_ty threads with col_vec columns a thread over col_split row ranges. Defaults: the widest
+// vectors, up to 8 warps a block, and enough ranges for ~2 blocks an SM while each range keeps
+// at least `min_rows` rows a warp.
+inline void col_space(std::vector<KnobDim>& sp, DType d, int64_t M, int64_t N, int64_t min_rows) {
+  auto cvs = vec_values(d, N);
+  const int64_t cv = cvs.back();
+  int64_t ty = 1;
+  while (ty < 8 && ty * 2 <= M) ty *= 2;
+  const int64_t colblocks = cdiv(N, 32 * cv);
+  int64_t rs = 1;
+  while (rs < 256 && colblocks * rs < 2 * kSms && (rs * 2) * ty * min_rows <= M) rs *= 2;
+  sp.push_back({"col_ty", with_default({1, 2, 4, 8, 16, 32}, ty)});
+  sp.push_back({"col_vec", with_default(cvs, cv)});
+  sp.push_back({"col_split", with_default({1, 2, 4, 8, 16, 32, 64, 128, 256}, rs)});
+}
+
 inline std::string row_consts(const RowGeom& r) {
   return "constexpr int G = " + S(r.g) + ", RPB = " + S(r.rpb) + ", NT = G * RPB, VEC = " + S(r.vec) +
          ", ITEMS = " + S(r.items) + ";\n";

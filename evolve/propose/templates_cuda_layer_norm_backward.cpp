@@ -195,18 +195,7 @@ class LayerNormBackwardTemplate : public Template {
       if (splits.front() != 0) sp[0].values = with_default(sp[0].values, 256);
       sp.push_back({"split", splits});
     }
-    if (gw || gb) {
-      auto cvs = vec_values(dt, N);
-      const int64_t cv = cvs.back();
-      int64_t ty = 1;
-      while (ty < 8 && ty * 2 <= M) ty *= 2;
-      const int64_t colblocks = cdiv(N, 32 * cv);
-      int64_t rs = 1;
-      while (rs < 256 && colblocks * rs < 2 * kSms && (rs * 2) * ty * 4 <= M) rs *= 2;
-      sp.push_back({"col_ty", with_default({1, 2, 4, 8, 16, 32}, ty)});
-      sp.push_back({"col_vec", with_default(cvs, cv)});
-      sp.push_back({"col_split", with_default({1, 2, 4, 8, 16, 32, 64, 128, 256}, rs)});
-    }
+    if (gw || gb) col_space(sp, dt, M, N, 4);
     return sp;
   }
 

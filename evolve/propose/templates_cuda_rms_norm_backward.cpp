@@ -184,18 +184,7 @@ class RmsNormBackwardTemplate : public Template {
       }
       sp.push_back({"split", splits});
     }
-    if (f.g.want_weight) {   // layer norm backward's column geometry (templates_cuda_layer_norm_backward.cpp)
-      auto cvs = vec_values(f.g.dt, N);
-      const int64_t cv = cvs.back();
-      int64_t ty = 1;
-      while (ty < 8 && ty * 2 <= M) ty *= 2;
-      const int64_t colblocks = cdiv(N, 32 * cv);
-      int64_t rs = 1;
-      while (rs < 256 && colblocks * rs < 2 * kSms && (rs * 2) * ty * 32 <= M) rs *= 2;
-      sp.push_back({"col_ty", with_default({1, 2, 4, 8, 16, 32}, ty)});
-      sp.push_back({"col_vec", with_default(cvs, cv)});
-      sp.push_back({"col_split", with_default({1, 2, 4, 8, 16, 32, 64, 128, 256}, rs)});
-    }
+    if (f.g.want_weight) col_space(sp, f.g.dt, M, N, 32);   // layer norm backward's column geometry
     return sp;
   }
 

@@ -109,5 +109,11 @@ Vec ce_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> cross_entropy(const OpCall& c, const std::map<std::string, Vec>& in);
 std::vector<Expect> cross_entropy_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 Vec ce_lse(const OpCall& c, const std::map<std::string, Vec>& in);
+// RMSNorm (template_gpu_rms_norm.cpp): one input's values (rounded), the references, and the
+// backward's rstd input as the forward computes it (fp32) from the input.
+Vec rms_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+std::vector<Expect> rms_norm(const OpCall& c, const std::map<std::string, Vec>& in);
+std::vector<Expect> rms_norm_backward(const OpCall& c, const std::map<std::string, Vec>& in);
+Vec rms_rstd(const OpCall& c, const std::map<std::string, Vec>& in);
 
 }  // namespace kc::evolve::gpu_ref

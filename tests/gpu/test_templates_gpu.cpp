@@ -132,6 +132,8 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
       v = {Host::round(tm.dtype, gpu_ref::nll_total_weight(c, in))};
     } else if (tm.name == "lse" && c.op == OpId::kCrossEntropyBackward) {   // the forward's, from self
       v = gpu_ref::ce_lse(c, in);
+    } else if (tm.name == "rstd" && c.op == OpId::kRmsNormBackward) {   // the forward's, from the input
+      v = gpu_ref::rms_rstd(c, in);
     } else {
       v = make_input(c, tm, rng);
     }
