@@ -131,7 +131,8 @@ Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
         return Outcome::kEager;
       }
       // Graph capture: neither a host sync nor a second, uncaptured result is possible.
-      const int first = st.shadow_calls(), every = st.shadow_every();
+      const int first = l.kernel->verified_here ? st.shadow_calls() : st.shadow_calls_not_verified_here();
+      const int every = st.shadow_every();
       const bool check = (first > 0 || every > 0) && !capturing() &&
                          shadow_due(l.kernel->served_calls.fetch_add(1, std::memory_order_relaxed), l.kernel->salt,
                                     first, every);
@@ -255,6 +256,7 @@ void Call::after_load(const std::vector<at::Tensor>& eager_outs) {
   k->launcher = std::move(launcher.value());
   k->salt = std::hash<std::string>{}(key_);
   k->bitwise_deterministic = r.determinism == Determinism::kBitwise;
+  k->verified_here = record_verified_here(r);
   arm_probe(k->probe, State::get().config().serve_probe_calls);
   table.install(std::move(k));
 }

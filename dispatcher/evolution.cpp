@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "dispatcher/coordinator.h"
 #include "dispatcher/state.h"
 #include "runtime/fork.h"
 #include "runtime/log.h"
@@ -55,7 +56,8 @@ class Submitter {
   bool wait(double timeout_s) {
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
     for (;;) {
-      int pending = count_pending();
+      check_job_store();
+      int pending = count_pending() + coordinated_waiting();
       if (pending == 0) {
         State::get().table().forget_all();
         return true;
@@ -71,7 +73,7 @@ class Submitter {
     std::lock_guard<std::mutex> g(mu_);
     return {{"enabled", c.evolve && !c.cache_readonly}, {"submitted", submitted_.size()},
             {"queued", queue_.size()}, {"worker_alive", worker_alive(State::get().table().dir())}, {"worker", worker_exe(c)},
-            {"last_error", last_error_}};
+            {"last_error", last_error_}, {"job", coordination_status()}};
   }
 
  private:
@@ -131,6 +133,7 @@ class Submitter {
         cv_.wait_for(g, std::chrono::seconds(2), [&] { return !queue_.empty(); });
         if (queue_.empty()) {
           g.unlock();
+          check_job_store();   // a hung store call hands its jobs back to this node
           if (count_pending() > 0) ensure_worker();
           continue;
         }
@@ -166,12 +169,20 @@ class Submitter {
       job.inputs.clear();
     }
     p.clones.clear();
+    // In a distributed job the key may be searched by another node (dispatcher/coordinator.h),
+    // which then calls submit_local only if it should be searched here after all.
+    if (coordinate(std::move(job), [this](const Job& j) { submit_local(j); })) return;
+    submit_local(job);
+  }
+
+  // The job file, and a worker for it; called by this thread or the coordinator's.
+  void submit_local(const Job& job) {
     const std::string dir = State::get().table().dir();
     Status s = submit_job(dir, job);
     if (!s && s.code() != Code::kBusy) {
       std::lock_guard<std::mutex> g(mu_);
       last_error_ = s.to_string();
-      submitted_.erase(p.key);
+      submitted_.erase(job.key);
       log_once(LogLevel::kWarn, "job-submit", "kernelcraft: cannot submit an evolution job: " + last_error_);
       return;
     }

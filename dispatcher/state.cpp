@@ -56,6 +56,8 @@ void State::apply_switches(const Config& c) {
   }
   shadow_calls_.store(c.cache_readonly ? 0 : c.shadow_calls, std::memory_order_relaxed);
   shadow_every_.store(c.cache_readonly ? 0 : c.shadow_every, std::memory_order_relaxed);
+  shadow_calls_elsewhere_.store(c.cache_readonly ? 0 : std::max(c.shadow_calls, kChecksNotVerifiedHere),
+                                std::memory_order_relaxed);
   deterministic_only_.store(c.deterministic_only, std::memory_order_relaxed);
 }
 

@@ -51,6 +51,10 @@ class State {
   // and deterministic_only.
   int shadow_calls() const { return shadow_calls_.load(std::memory_order_relaxed); }
   int shadow_every() const { return shadow_every_.load(std::memory_order_relaxed); }
+  // The first calls checked for a record verified elsewhere (record_verified_here false): at least
+  // kChecksNotVerifiedHere, 0 with cache_readonly.
+  int shadow_calls_not_verified_here() const { return shadow_calls_elsewhere_.load(std::memory_order_relaxed); }
+  static constexpr int kChecksNotVerifiedHere = 4;
   // Only bitwise-deterministic kernels may be served: deterministic_only, or PyTorch's own switch
   // (torch.use_deterministic_algorithms) as it is at this call.
   bool determinism_required() const;
@@ -89,7 +93,7 @@ class State {
   // without a lock, so a child reads its parent's configuration whatever the parent's threads held.
   std::atomic<const Config*> cfg_{nullptr};
   std::atomic<const char*> policy_{"fp32"};   // points at a string literal
-  std::atomic<int> shadow_calls_{0}, shadow_every_{0};
+  std::atomic<int> shadow_calls_{0}, shadow_every_{0}, shadow_calls_elsewhere_{0};
   std::atomic<bool> deterministic_only_{false};
   std::array<std::atomic<bool>, kNumOps> enabled_{};
   std::array<std::atomic<bool>, kNumOps> registered_{};

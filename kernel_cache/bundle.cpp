@@ -96,6 +96,32 @@ json::binary_t to_binary(const std::string& s) {
   return json::binary_t(json::binary_t::container_type(s.begin(), s.end()));
 }
 
+// A bundle entry: the record without its binary, which stays behind; the importer builds its
+// own and compares hashes.
+json entry_of(const std::string& key, Record rec) {
+  json binary = nullptr;
+  if (!rec.blob.empty()) binary = {{"bytes", rec.blob.size()}, {"blake2b", binary_hash(rec.blob)}};
+  rec.blob.clear();
+  return {{"key", key}, {"record", to_binary(encode_record(rec))}, {"binary", binary}};
+}
+
+Result<std::string> bundle_of_entries(json records, const std::string& secret_key) {
+  const size_t count = records.size();
+  json payload = {{"created", static_cast<int64_t>(std::time(nullptr))}, {"count", count},
+                  {"records", std::move(records)}};
+  std::string payload_bytes;
+  json::to_cbor(payload, payload_bytes);
+  json bundle = {{"magic", kMagic}, {"version", kBundleVersion}, {"payload", to_binary(payload_bytes)}};
+  if (!secret_key.empty()) {
+    std::string sig = sign_payload(payload_bytes, secret_key);
+    if (sig.empty()) return Status::error(Code::kInvalid, "cannot sign: not an ed25519 secret key");
+    bundle["signature"] = {{"alg", "ed25519"}, {"public_key", to_binary(secret_key.substr(32))}, {"sig", to_binary(sig)}};
+  }
+  std::string bytes;
+  json::to_cbor(bundle, bytes);
+  return bytes;
+}
+
 Result<ExportStats> export_impl(Store& store, const std::string& path, const BundleFilter& filter,
                                 const std::string& secret_key) {
   ExportStats st;
@@ -110,29 +136,15 @@ Result<ExportStats> export_impl(Store& store, const std::string& path, const Bun
       return true;
     }
     if (!op.empty() && key_op(key) != op && rec->op != op) return true;
-    // The binary stays behind: the importer builds its own and compares hashes.
-    json binary = nullptr;
-    if (!rec->blob.empty()) binary = {{"bytes", rec->blob.size()}, {"blake2b", binary_hash(rec->blob)}};
-    rec->blob.clear();
-    records.push_back({{"key", key}, {"record", to_binary(encode_record(rec.value()))}, {"binary", binary}});
+    records.push_back(entry_of(key, std::move(rec.value())));
     ++st.exported;
     return true;
   }, &st.damaged);
   KC_RETURN_IF_ERROR(scan);
-  json payload = {{"created", static_cast<int64_t>(std::time(nullptr))}, {"count", st.exported},
-                  {"records", std::move(records)}};
-  std::string payload_bytes;
-  json::to_cbor(payload, payload_bytes);
-  json bundle = {{"magic", kMagic}, {"version", kBundleVersion}, {"payload", to_binary(payload_bytes)}};
-  if (!secret_key.empty()) {
-    std::string sig = sign_payload(payload_bytes, secret_key);
-    if (sig.empty()) return Status::error(Code::kInvalid, "cannot sign: not an ed25519 secret key");
-    bundle["signature"] = {{"alg", "ed25519"}, {"public_key", to_binary(secret_key.substr(32))}, {"sig", to_binary(sig)}};
-  }
-  std::string bytes;
-  json::to_cbor(bundle, bytes);
-  st.bytes = bytes.size();
-  KC_RETURN_IF_ERROR(write_file_atomic(path, bytes));
+  auto bytes = bundle_of_entries(std::move(records), secret_key);
+  if (!bytes) return bytes.status();
+  st.bytes = bytes->size();
+  KC_RETURN_IF_ERROR(write_file_atomic(path, bytes.value()));
   return st;
 }
 
@@ -149,10 +161,9 @@ struct Parsed {
   json signature;         // null when absent
 };
 
-Result<Parsed> parse_bundle(const std::string& path) {
-  auto bytes = read_file(path);
-  if (!bytes) return bytes.status();
-  auto parsed = parse_cbor(bytes.value());
+// `path` names the bundle in messages (a file, or where the bytes came from).
+Result<Parsed> parse_bundle(const std::string& bytes, const std::string& path) {
+  auto parsed = parse_cbor(bytes);
   if (!parsed || !parsed.value().is_object())
     return Status::error(Code::kCorrupt, path + " is not a kernelcraft bundle (not CBOR)");
   json b = std::move(parsed.value());
@@ -256,9 +267,16 @@ Result<Record> accept(Entry e, const std::string& signer, const ImportOptions& o
   // serve it for calls it was never checked against.
   if (r.key != e.label) return Status::error(Code::kRejected, "record was made for a different key: " + r.key);
   const bool reverify = static_cast<bool>(opts.checks.reverify) && r.state == RecordState::kServed;
-  if (record_verified(r) && signer.empty() && !reverify)
+  const std::string vouched_by = !signer.empty() ? signer : opts.job_peer;
+  if (record_verified(r) && vouched_by.empty() && !reverify)
     return Status::error(Code::kRejected, "claims to be verified, but nothing here backs the claim (the bundle is not "
                                           "signed by a trusted key; use --trust, or --reverify)");
+  // Kept on someone else's word: the serving path live-checks it on its first calls here
+  // (record_verified_here, record.h), whatever shadow_calls says.
+  if (record_verified(r) && !reverify) {
+    r.meta["provenance"]["verified_here"] = false;
+    r.meta["provenance"]["vouched_by"] = vouched_by;
+  }
   if (e.hash.empty()) {
     if (r.state == RecordState::kServed) return Status::error(Code::kRejected, "a served record without a binary");
     return r;
@@ -286,10 +304,11 @@ Result<Record> accept(Entry e, const std::string& signer, const ImportOptions& o
   return r;
 }
 
-Result<ImportStats> import_impl(Store& store, const std::string& path, const ImportOptions& opts) {
+Result<ImportStats> import_impl(Store& store, const std::string& bytes, const std::string& path,
+                                const ImportOptions& opts) {
   if (!opts.dry_run && store.mode() != Store::Mode::kWriter)
     return Status::error(Code::kInvalid, "import needs the cache opened for writing");
-  auto bundle = parse_bundle(path);
+  auto bundle = parse_bundle(bytes, path);
   if (!bundle) return bundle.status();
   auto signer = check_signature(bundle.value(), opts.trusted_keys);
   if (!signer) return Status::error(signer.status().code(), path + ": " + signer.status().message());
@@ -334,10 +353,27 @@ Result<ExportStats> export_bundle(Store& store, const std::string& path, const B
 }
 
 Result<ImportStats> import_bundle(Store& store, const std::string& path, const ImportOptions& opts) {
+  auto bytes = read_file(path);
+  if (!bytes) return bytes.status();
+  return import_bundle_bytes(store, bytes.value(), path, opts);
+}
+
+Result<ImportStats> import_bundle_bytes(Store& store, const std::string& bytes, const std::string& from,
+                                        const ImportOptions& opts) {
   try {
-    return import_impl(store, path, opts);
+    return import_impl(store, bytes, from, opts);
   } catch (const std::exception& e) {
-    return Status::error(Code::kCorrupt, "import from " + path + ": " + e.what());
+    return Status::error(Code::kCorrupt, "import from " + from + ": " + e.what());
+  }
+}
+
+Result<std::string> bundle_of(const std::vector<Record>& records) {
+  try {
+    json entries = json::array();
+    for (const Record& r : records) entries.push_back(entry_of(r.key, r));
+    return bundle_of_entries(std::move(entries), "");
+  } catch (const std::exception& e) {
+    return Status::error(Code::kInvalid, std::string("cannot encode a bundle: ") + e.what());
   }
 }
 

@@ -74,6 +74,12 @@ struct ImportOptions {
   // Raw ed25519 public keys. Non-empty: the bundle must be signed by one of them (else the whole
   // import is kRejected). Empty: no signature is trusted, so no "verified" claim is either.
   std::vector<std::string> trusted_keys;
+  // Non-empty: the bundle came from this peer of the user's own distributed job, through the job's
+  // store (dispatcher/coordinator.h), which the job trusts as it trusts its rendezvous. Its
+  // "verified" claims are kept without a signature. Either way a claim kept on another's word
+  // (this peer's or a trusted signer's) is marked meta.provenance.verified_here = false, with
+  // vouched_by, so the serving path live-checks the kernel on its first calls here.
+  std::string job_peer;
   ImportChecks checks;
 };
 
@@ -92,5 +98,12 @@ struct ImportStats {
 // that is not a bundle is kCorrupt; another bundle version kUnsupported; a bad or untrusted
 // signature kRejected; bad entries are counted, not fatal.
 Result<ImportStats> import_bundle(Store& store, const std::string& path, const ImportOptions& opts = {});
+// The same for a bundle already in memory; `from` names its origin in messages.
+Result<ImportStats> import_bundle_bytes(Store& store, const std::string& bytes, const std::string& from,
+                                        const ImportOptions& opts = {});
+
+// An unsigned bundle of `records` (each exported as export_bundle would: binary hash, no binary),
+// in memory: what the job store carries from the node that searched a key to the others.
+Result<std::string> bundle_of(const std::vector<Record>& records);
 
 }  // namespace kc

@@ -50,6 +50,9 @@ struct LoadedKernel {
   uint64_t salt = 0;
   // record->determinism == kBitwise, read on every hit while determinism is required.
   bool bitwise_deterministic = false;
+  // record_verified_here(*record): when false its first calls are live-checked whatever
+  // shadow_calls says (State::shadow_calls_not_verified_here).
+  bool verified_here = true;
 };
 
 class KernelTable {

@@ -142,6 +142,13 @@ bool record_verified(const Record& r) {
   return v != p->end() && v->is_boolean() && v->get<bool>();
 }
 
+bool record_verified_here(const Record& r) {
+  auto p = r.meta.find("provenance");
+  if (p == r.meta.end() || !p->is_object()) return true;
+  auto v = p->find("verified_here");
+  return v == p->end() || !v->is_boolean() || v->get<bool>();
+}
+
 const char* determinism_name(Determinism d) {
   switch (d) {
     case Determinism::kBitwise: return "bitwise";

@@ -74,6 +74,10 @@ Result<Record> decode_record(const std::string& bytes);
 // True when the record passed the verification gauntlet (meta.provenance.verified): evolved records
 // and `cache put --verify`; false for hand-stored ones and records without provenance.
 bool record_verified(const Record& r);
+// False when its verification was done elsewhere and kept on another's word (a signed bundle, a
+// peer of a distributed job: meta.provenance.verified_here == false, bundle.h); the serving path
+// then live-checks its first calls in every process even with shadow_calls at 0.
+bool record_verified_here(const Record& r);
 // The record as JSON for display: blob replaced by {"bytes": n, "fnv1a64": "..."}.
 nlohmann::json record_summary(const Record& r);
 

@@ -122,6 +122,17 @@ const std::vector<Setting>& settings() {
        "the worker's CPU priority, nice 0..19 (10: below the user's job)"},
       {"worker_idle_s", "KERNELCRAFT_WORKER_IDLE_S", Real(&Config::worker_idle_s),
        "an idle worker exits after this (60); the next miss starts one"},
+      {"job_store", "KERNELCRAFT_JOB_STORE", Str(&Config::job_store),
+       "job-wide coordination of a distributed job (see \"Distributed jobs\"): empty (default) uses "
+       "the job's c10d store at `MASTER_ADDR:MASTER_PORT` when `WORLD_SIZE` > 1; `off`; or `host:port`"},
+      {"job_lease_s", "KERNELCRAFT_JOB_LEASE_S", Real(&Config::job_lease_s, 1.0),
+       "a node's claim on a key it searches, renewed while it searches; unrenewed this long, another "
+       "node takes the key over (60)"},
+      {"job_poll_ms", "KERNELCRAFT_JOB_POLL_MS", Int(&Config::job_poll_ms, 50, 60000),
+       "how often claims are renewed and other nodes' published records read (1000)"},
+      {"job_store_timeout_ms", "KERNELCRAFT_JOB_STORE_TIMEOUT_MS", Int(&Config::job_store_timeout_ms, 100, 600000),
+       "the longest a job-store call may take; after a failure or a timeout the process stops using "
+       "the store, with one log line, and searches locally (3000)"},
       {"llm_api", "KERNELCRAFT_LLM_API", Str(&Config::llm_api, {"openai", "anthropic"}),
        "`openai` (chat completions, `Authorization: Bearer`) or `anthropic` (messages, `x-api-key`)"},
       {"llm_url", "KERNELCRAFT_LLM_URL", Str(&Config::llm_url),

@@ -72,6 +72,16 @@ struct Config {
   double worker_idle_s = 60;           // KERNELCRAFT_WORKER_IDLE_S / "worker_idle_s": idle worker exits
   int evolve_nice = 10;                // KERNELCRAFT_EVOLVE_NICE / "evolve_nice": the worker's CPU
                                        // priority (nice 0..19; below the user's job by default)
+  // Job-wide coordination through a distributed job's c10d store (dispatcher/coordinator.h).
+  std::string job_store;               // KERNELCRAFT_JOB_STORE / "job_store": "" (auto: MASTER_ADDR:
+                                       // MASTER_PORT when WORLD_SIZE > 1), "off", or host:port
+  double job_lease_s = 60;             // KERNELCRAFT_JOB_LEASE_S / "job_lease_s": a claim unrenewed
+                                       // this long is taken over by another node
+  int job_poll_ms = 1000;              // KERNELCRAFT_JOB_POLL_MS / "job_poll_ms": how often claims
+                                       // are renewed and published records read
+  int job_store_timeout_ms = 3000;     // KERNELCRAFT_JOB_STORE_TIMEOUT_MS / "job_store_timeout_ms":
+                                       // the longest one store call may take before the store is
+                                       // given up for the process
   // The LLM proposer (evolve/propose/llm.h): an OpenAI-compatible chat-completions endpoint; off when empty.
   std::string llm_api = "openai";      // KERNELCRAFT_LLM_API / "llm_api": openai | anthropic
   std::string llm_url;                 // KERNELCRAFT_LLM_URL / "llm_url"

@@ -1,0 +1,495 @@
+// Job-wide coordination through the job's c10d store; the protocol is in coordinator.h.
+#include "dispatcher/coordinator.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "dispatcher/job_store.h"
+#include "dispatcher/state.h"
+#include "kernel_cache/bundle.h"
+#include "kernel_cache/key.h"
+#include "kernel_cache/record.h"
+#include "kernel_cache/store.h"
+#include "runtime/fork.h"
+#include "runtime/fsutil.h"
+#include "runtime/json_util.h"
+#include "runtime/log.h"
+
+namespace kc::dispatch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr size_t kMaxStashed = 4096;   // records of targets not seen here yet, kept for later
+
+std::string claim_key(const std::string& key) { return "claim/" + fnv1a64_hex(key); }
+std::string record_key(int64_t i) { return "record/" + std::to_string(i); }
+
+std::string self_id() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const char* rank = std::getenv("RANK");
+  return std::string(host) + "/" + std::to_string(getpid()) + "/rank" + (rank ? rank : "?");
+}
+
+struct Claim {
+  bool present = false;
+  std::string owner, state;
+};
+
+Claim parse_claim(const std::string& value) {
+  Claim c;
+  if (value.empty()) return c;
+  c.present = true;
+  auto j = parse_json_text(value);
+  if (j && j.value().is_object()) {
+    c.owner = j.value().value("owner", "");
+    c.state = j.value().value("state", "");
+  }
+  return c;
+}
+
+// A key this process missed and does not own: it waits for the claimant's record.
+struct Waiting {
+  Job job;
+  std::string seen;             // the claim's value when last read ("" absent)
+  Clock::time_point seen_at{};  // when that value was first seen
+};
+
+// A key this process claimed and submitted to its own worker.
+struct Owned {
+  std::string claim;            // our claim's value in the store
+  int64_t beat = 0;
+  Clock::time_point renewed{};
+  bool lost = false;            // taken over meanwhile (we renewed too late): not renewed again
+};
+
+struct Published {
+  std::string owner, key, bundle;
+};
+
+class Coordinator {
+ public:
+  static Coordinator& get() {
+    static constinit PerFork<Coordinator> c;   // never destroyed: its thread may run until exit
+    return c.get();
+  }
+
+  bool offer(Job job, const std::function<void(const Job&)>& local);
+  int waiting() {
+    std::lock_guard<std::mutex> g(mu_);
+    return static_cast<int>(inbox_.size() + waiting_.size());
+  }
+  void check_stuck();
+  json status();
+
+ private:
+  enum class Phase { kNone, kConnecting, kOn, kOff };
+
+  void run();
+  Status round(const Config& c);
+  Status tend_owned(const Config& c);
+  Status tend_waiting(const Config& c);
+  Status watch(const std::string& key, const Config& c, Clock::time_point now);
+  Status read_records(const Config& c);
+  void import(const Published& p);
+  Status finish(const std::string& key, const Owned& o);
+  void give_up(const std::string& why);
+  void go_local(const std::string& key);
+
+  std::string claim_value(const std::string& key, int64_t beat, const char* state, bool record = false) const {
+    return json{{"key", key}, {"owner", me_}, {"beat", beat}, {"state", state}, {"record", record}}.dump();
+  }
+  // Every store call goes through here, so a call that hangs is seen by check_stuck().
+  template <class F>
+  auto call(F f) {
+    call_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    auto r = f(*store_);
+    call_since_.store(0, std::memory_order_relaxed);
+    return r;
+  }
+  bool off() {
+    std::lock_guard<std::mutex> g(mu_);
+    return phase_ == Phase::kOff;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Phase phase_ = Phase::kNone;
+  JobStoreAddress addr_;
+  std::string me_ = self_id();
+  std::string error_;
+  std::function<void(const Job&)> local_;
+  std::deque<Job> inbox_;
+  std::map<std::string, Waiting> waiting_;
+  std::map<std::string, Owned> owned_;
+  std::set<std::string> targets_;              // targets of keys missed here
+  std::atomic<int64_t> call_since_{0};         // steady ticks of the store call in flight; 0: none
+  int timeout_ms_ = 3000;
+  uint64_t claimed_ = 0, taken_over_ = 0, published_ = 0, imported_ = 0, refused_ = 0;
+
+  // The coordinator thread's own.
+  std::unique_ptr<JobStore> store_;
+  int64_t next_record_ = 0;
+  Clock::time_point hole_since_{};             // record/<next_record_> counted but not yet set
+  std::vector<Published> stash_;
+};
+
+bool Coordinator::offer(Job job, const std::function<void(const Job&)>& local) {
+  if (fork_generation() != 0) return false;   // a fork()ed child shares its parent's socket: local
+  std::lock_guard<std::mutex> g(mu_);
+  if (phase_ == Phase::kOff) return false;
+  if (phase_ == Phase::kNone) {
+    const Config c = State::get().config();
+    auto addr = job_store_address(c.job_store);
+    if (!addr || !addr.value()) {
+      if (!addr) log_once(LogLevel::kWarn, "job-store", "kernelcraft: " + addr.status().message() + "; no job-wide coordination");
+      error_ = addr ? "" : addr.status().message();
+      phase_ = Phase::kOff;
+      return false;
+    }
+    addr_ = *addr.value();
+    timeout_ms_ = c.job_store_timeout_ms;
+    local_ = local;
+    phase_ = Phase::kConnecting;
+    std::thread([this] { run(); }).detach();
+  }
+  targets_.insert(key_target(job.key));
+  inbox_.push_back(std::move(job));
+  cv_.notify_one();
+  return true;
+}
+
+void Coordinator::run() {
+  // Below the user's job, like the worker: imports run the host compiler, which inherits this
+  // thread's nice value. Failing to lower it costs nothing but priority.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), State::get().config().evolve_nice);
+  call_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  auto s = JobStore::connect(addr_, std::chrono::milliseconds(timeout_ms_));
+  call_since_.store(0, std::memory_order_relaxed);
+  if (!s) return give_up(s.status().message());
+  store_ = std::move(s.value());
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (phase_ == Phase::kOff) return;
+    phase_ = Phase::kOn;
+  }
+  log(LogLevel::kInfo, "kernelcraft: coordinating searches through the job store at " + addr_.to_string() + " as " + me_);
+  for (;;) {
+    const Config c = State::get().config();
+    Status st = round(c);
+    if (!st) return give_up(st.message());
+    std::unique_lock<std::mutex> g(mu_);
+    if (phase_ == Phase::kOff) return;   // check_stuck gave up while a call hung
+    cv_.wait_for(g, std::chrono::milliseconds(c.job_poll_ms), [&] { return !inbox_.empty(); });
+  }
+}
+
+Status Coordinator::round(const Config& c) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const auto now = Clock::now();
+    for (Job& j : inbox_) {
+      std::string key = j.key;
+      waiting_.emplace(key, Waiting{std::move(j), "\x01", now});   // "\x01": no value read yet
+    }
+    inbox_.clear();
+  }
+  KC_RETURN_IF_ERROR(tend_owned(c));
+  KC_RETURN_IF_ERROR(tend_waiting(c));
+  return read_records(c);
+}
+
+// Renews the claims of keys still searched here; publishes those whose search ended.
+Status Coordinator::tend_owned(const Config& c) {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [k, o] : owned_) keys.push_back(k);
+  }
+  const std::string dir = State::get().table().dir();
+  const auto renew_every = std::chrono::duration<double>(c.job_lease_s / 4);
+  for (const std::string& key : keys) {
+    Owned o;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      o = owned_[key];
+    }
+    if (!job_pending(dir, key)) {
+      KC_RETURN_IF_ERROR(finish(key, o));
+      std::lock_guard<std::mutex> g(mu_);
+      owned_.erase(key);
+      continue;
+    }
+    if (o.lost || Clock::now() - o.renewed < renew_every) continue;
+    const std::string next = claim_value(key, o.beat + 1, "search");
+    auto now = call([&](JobStore& s) { return s.compare_set(claim_key(key), o.claim, next); });
+    if (!now) return now.status();
+    std::lock_guard<std::mutex> g(mu_);
+    Owned& mine = owned_[key];
+    if (now.value() == next) {
+      mine.claim = next;
+      mine.beat = o.beat + 1;
+      mine.renewed = Clock::now();
+    } else {
+      mine.lost = true;
+      log(LogLevel::kInfo, "kernelcraft: the claim on " + key + " was taken over by " + parse_claim(now.value()).owner +
+                               " (renewed too late); the search here carries on");
+    }
+  }
+  return Status::ok();
+}
+
+// The search of an owned key ended here: its record (served or eager_best) goes to the store,
+// then the claim says "ended", so waiting nodes know a record is on its way (or none is).
+Status Coordinator::finish(const std::string& key, const Owned& o) {
+  std::shared_ptr<Record> rec;
+  {
+    auto local = Store::open(State::get().table().dir(), Store::Mode::kReadOnly);
+    if (local) {
+      auto bytes = local.value()->get(key);
+      if (bytes)
+        if (auto r = decode_record(bytes.value()); r && r->state != RecordState::kDisabled)
+          rec = std::make_shared<Record>(std::move(r.value()));
+    }
+  }
+  if (rec) {
+    auto bundle = bundle_of({*rec});
+    if (bundle) {
+      std::string entry;
+      json::to_cbor(json{{"owner", me_}, {"key", key},
+                         {"bundle", json::binary_t(std::vector<uint8_t>(bundle->begin(), bundle->end()))}},
+                    entry);
+      auto n = call([&](JobStore& s) { return s.add("records", 1); });
+      if (!n) return n.status();
+      Status st = call([&](JobStore& s) { return s.set(record_key(n.value() - 1), entry); });
+      KC_RETURN_IF_ERROR(st);
+      std::lock_guard<std::mutex> g(mu_);
+      ++published_;
+    }
+  }
+  if (o.lost) return Status::ok();
+  const std::string ended = claim_value(key, o.beat + 1, "ended", rec != nullptr);
+  auto now = call([&](JobStore& s) { return s.compare_set(claim_key(key), o.claim, ended); });
+  return now ? Status::ok() : now.status();
+}
+
+Status Coordinator::tend_waiting(const Config& c) {
+  std::vector<std::string> keys;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [k, w] : waiting_) keys.push_back(k);
+  }
+  for (const std::string& key : keys) KC_RETURN_IF_ERROR(watch(key, c, Clock::now()));
+  return Status::ok();
+}
+
+// One waiting key: claim it when nobody has, or when its claim went stale for a lease (its owner
+// died or stopped renewing), while this process has capacity (evolve_jobs keys of its own at a
+// time, so that the keys of a job spread over its nodes); otherwise note what the claim says.
+Status Coordinator::watch(const std::string& key, const Config& c, Clock::time_point now) {
+  auto cur = call([&](JobStore& s) { return s.get(claim_key(key)); });
+  if (!cur && cur.status().code() != Code::kNotFound) return cur.status();
+  const std::string value = cur ? cur.value() : "";
+  const Claim claim = parse_claim(value);
+  std::unique_lock<std::mutex> g(mu_);
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) return Status::ok();   // imported or given up meanwhile
+  Waiting& w = it->second;
+  if (value != w.seen) {
+    w.seen = value;
+    w.seen_at = now;
+  }
+  const bool stale = now - w.seen_at > std::chrono::duration<double>(c.job_lease_s);
+  if (claim.present && claim.state == "ended") {
+    // Ended without a record reaching us within a lease (the owner's worker gave the key up):
+    // nothing is coming, and a search here would end the same way.
+    if (stale) waiting_.erase(it);
+    return Status::ok();
+  }
+  const bool free = !claim.present || stale;
+  if (!free || owned_.size() >= static_cast<size_t>(std::max(1, c.evolve_jobs))) return Status::ok();
+  g.unlock();
+  const std::string mine = claim_value(key, 0, "search");
+  auto won = call([&](JobStore& s) { return s.compare_set(claim_key(key), value, mine); });
+  if (!won) return won.status();
+  g.lock();
+  it = waiting_.find(key);
+  if (it == waiting_.end() || phase_ == Phase::kOff) return Status::ok();
+  if (won.value() != mine) {   // another node was first
+    it->second.seen = won.value();
+    it->second.seen_at = Clock::now();
+    return Status::ok();
+  }
+  Job job = std::move(it->second.job);
+  waiting_.erase(it);
+  owned_[key] = Owned{mine, 0, Clock::now(), false};
+  ++claimed_;
+  if (claim.present) {
+    ++taken_over_;
+    log(LogLevel::kInfo, "kernelcraft: took over " + key + " from " + claim.owner + " (its claim was not renewed for " +
+                             std::to_string(c.job_lease_s) + " s); searching it here");
+  }
+  g.unlock();
+  local_(job);
+  return Status::ok();
+}
+
+// Reads records published since the last round and imports those of this process's targets.
+Status Coordinator::read_records(const Config& c) {
+  auto n = call([&](JobStore& s) { return s.add("records", 0); });
+  if (!n) return n.status();
+  {
+    std::set<std::string> targets;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      targets = targets_;
+    }
+    std::vector<Published> later;
+    for (Published& p : stash_)
+      if (targets.count(key_target(p.key))) import(p);
+      else later.push_back(std::move(p));
+    stash_ = std::move(later);
+  }
+  while (next_record_ < n.value()) {
+    auto v = call([&](JobStore& s) { return s.get(record_key(next_record_)); });
+    if (!v && v.status().code() != Code::kNotFound) return v.status();
+    if (!v) {   // counted, not written yet; a publisher that died in between leaves a hole
+      if (hole_since_ == Clock::time_point{}) hole_since_ = Clock::now();
+      if (Clock::now() - hole_since_ < std::chrono::duration<double>(c.job_lease_s)) break;
+      hole_since_ = {};
+      ++next_record_;
+      continue;
+    }
+    hole_since_ = {};
+    ++next_record_;
+    auto j = parse_cbor(v.value());
+    if (!j || !j.value().is_object() || !j.value().contains("bundle") || !j.value()["bundle"].is_binary()) continue;
+    const auto& b = j.value()["bundle"].get_binary();
+    Published p{j.value().value("owner", ""), j.value().value("key", ""), std::string(b.begin(), b.end())};
+    if (p.owner == me_ || p.key.empty()) continue;
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      known = targets_.count(key_target(p.key)) > 0;
+    }
+    if (known) import(p);
+    else if (stash_.size() < kMaxStashed) stash_.push_back(std::move(p));
+  }
+  return Status::ok();
+}
+
+// A peer's record into this node's cache, through bundle import: rebuilt here, stored only if the
+// binary's hash matches, kept if this cache already has a record for the key. Refused: searched here.
+void Coordinator::import(const Published& p) {
+  ImportOptions opts;
+  opts.overwrite = false;
+  opts.job_peer = p.owner;
+  Status why = Status::ok();
+  {
+    auto store = Store::open(State::get().table().dir(), Store::Mode::kWriter, 10000);
+    if (!store) {
+      why = store.status();
+    } else {
+      auto st = import_bundle_bytes(*store.value(), p.bundle, "the job store (" + p.owner + ")", opts);
+      if (!st) why = st.status();
+      else if (st->rejected > 0) why = Status::error(Code::kRejected, st->errors.empty() ? "refused" : st->errors[0]);
+    }
+  }
+  std::unique_lock<std::mutex> g(mu_);
+  if (why) {
+    ++imported_;
+    waiting_.erase(p.key);
+    return;
+  }
+  ++refused_;
+  g.unlock();
+  log_once(LogLevel::kWarn, "job-import-" + p.key, "kernelcraft: the record of " + p.key + " from " + p.owner +
+                                                       " is not taken here (" + why.message() + "); searching it here");
+  go_local(p.key);
+}
+
+// A waiting key is searched here after all.
+void Coordinator::go_local(const std::string& key) {
+  std::unique_lock<std::mutex> g(mu_);
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) return;
+  Job job = std::move(it->second.job);
+  waiting_.erase(it);
+  g.unlock();
+  local_(job);
+}
+
+void Coordinator::give_up(const std::string& why) {
+  std::vector<Job> jobs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (phase_ == Phase::kOff) return;
+    phase_ = Phase::kOff;
+    error_ = why;
+    for (auto& [k, w] : waiting_) jobs.push_back(std::move(w.job));
+    for (Job& j : inbox_) jobs.push_back(std::move(j));
+    waiting_.clear();
+    inbox_.clear();
+  }
+  log_once(LogLevel::kWarn, "job-store", "kernelcraft: " + why + "; no job-wide coordination from now on, searches run "
+                                         "on this node only");
+  for (const Job& j : jobs) local_(j);
+}
+
+void Coordinator::check_stuck() {
+  const int64_t since = call_since_.load(std::memory_order_relaxed);
+  if (since == 0) return;
+  const auto started = Clock::time_point(Clock::duration(since));
+  if (Clock::now() - started <= std::chrono::milliseconds(timeout_ms_ + 1000)) return;
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%g s", timeout_ms_ / 1000.0);
+  bool connecting = false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    connecting = phase_ == Phase::kConnecting;
+  }
+  // c10d's connect retries with back-off past its timeout; a stuck connect is an unreachable store.
+  give_up("the job store at " + addr_.to_string() +
+          (connecting ? std::string(" is unreachable (no connection within ") + secs + ")"
+                      : std::string(" stopped answering (a call took over ") + secs + ")"));
+}
+
+json Coordinator::status() {
+  std::lock_guard<std::mutex> g(mu_);
+  const char* names[] = {"none", "connecting", "on", "off"};
+  return {{"state", names[static_cast<int>(phase_)]}, {"store", addr_.port ? json(addr_.to_string()) : json(nullptr)},
+          {"owner", me_}, {"error", error_}, {"claimed", claimed_}, {"taken_over", taken_over_},
+          {"published", published_}, {"imported", imported_}, {"refused", refused_},
+          {"waiting", inbox_.size() + waiting_.size()}, {"owned", owned_.size()}};
+}
+
+}  // namespace
+
+bool coordinate(Job job, const std::function<void(const Job&)>& local) {
+  return Coordinator::get().offer(std::move(job), local);
+}
+
+int coordinated_waiting() { return Coordinator::get().waiting(); }
+
+void check_job_store() { Coordinator::get().check_stuck(); }
+
+json coordination_status() { return Coordinator::get().status(); }
+
+}  // namespace kc::dispatch
