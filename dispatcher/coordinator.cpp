@@ -91,7 +91,7 @@ class Coordinator {
     return c.get();
   }
 
-  bool offer(Job job, const std::function<void(const Job&)>& local);
+  bool offer(Job&& job, const std::function<void(const Job&)>& local);
   int waiting() {
     std::lock_guard<std::mutex> g(mu_);
     return static_cast<int>(inbox_.size() + waiting_.size());
@@ -151,7 +151,7 @@ class Coordinator {
   std::vector<Published> stash_;
 };
 
-bool Coordinator::offer(Job job, const std::function<void(const Job&)>& local) {
+bool Coordinator::offer(Job&& job, const std::function<void(const Job&)>& local) {
   if (fork_generation() != 0) return false;   // a fork()ed child shares its parent's socket: local
   std::lock_guard<std::mutex> g(mu_);
   if (phase_ == Phase::kOff) return false;
@@ -482,7 +482,7 @@ json Coordinator::status() {
 
 }  // namespace
 
-bool coordinate(Job job, const std::function<void(const Job&)>& local) {
+bool coordinate(Job&& job, const std::function<void(const Job&)>& local) {
   return Coordinator::get().offer(std::move(job), local);
 }
 

@@ -33,7 +33,8 @@ namespace kc::dispatch {
 // key and calls `local` with the job to search it here, or waits for the claimant's record; if
 // the store fails or stops answering, every job it still holds goes to `local`. Never blocks on
 // the network. `local` must stay callable for the life of the process.
-bool coordinate(Job job, const std::function<void(const Job&)>& local);
+// `job` is moved from only when the answer is true.
+bool coordinate(Job&& job, const std::function<void(const Job&)>& local);
 
 // Keys handed over and not resolved yet (neither submitted here nor imported from a peer).
 int coordinated_waiting();
