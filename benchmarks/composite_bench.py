@@ -1,10 +1,13 @@
-"""F.cross_entropy over a large vocabulary, forward + backward: eager, kernelcraft (its fused pair
-caught above autograd, cache pre-warmed) and torch.compile, step time and peak memory.
+"""The composites kernelcraft catches above autograd, forward + backward: eager, kernelcraft (its
+fused pair, cache pre-warmed) and torch.compile, step time and peak memory. --op picks the call:
 
-The call is a language model's loss: logits [N, C] that want a gradient (as a linear layer's output
+cross_entropy (default): a language model's loss over [--n, --c] logits: logits [N, C] that want a gradient (as a linear layer's output
 does), int64 targets with one in sixteen ignore_index (-100, padding), reduction mean. --autocast
 runs it under torch.autocast("cuda", bfloat16) on bf16 logits (eager then computes log_softmax in
 fp32 on an fp32 copy); without it the logits' dtype is --dtype.
+rms_norm: F.rms_norm over the last dimension of [--n, --c] inputs with a weight, both wanting a
+gradient, eps 1e-5, backward from a fixed cotangent. --autocast gives it bf16 inputs under
+autocast, which runs rms_norm in fp32 (its policy), so the pair sees fp32 copies.
 
 Phases, each its own process so the library's state is clean:
   record   the library loaded, evolution off, the miss log on: the pair's two keys are recorded;
@@ -14,10 +17,10 @@ Phases, each its own process so the library's state is clean:
            compile time is reported apart).
 Per method: median ms of loss + backward (L2 flushed before each call, CUDA events:
 eager_ops.bench), peak memory allocated above what the logits and targets hold, and the loss and
-gradient against eager's. The floor: the logits read twice (forward, backward) and the gradient
-written once, at COPY_BW.
+gradient against eager's. The floor at COPY_BW: cross-entropy reads the logits twice and writes
+their gradient once; RMSNorm reads x and writes y, then reads x and dy and writes dx.
 
-    python3 benchmarks/cross_entropy_bench.py --lib build/torch_ops/libkernelcraft.so \\
+    python3 benchmarks/composite_bench.py [--op rms_norm] --lib build/torch_ops/libkernelcraft.so \\
         --cli build/torch_ops/kernelcraft --out ce-out [--n 8192 --c 128256 --autocast]
 """
 import argparse
@@ -35,6 +38,11 @@ COPY_BW = 4.0e12   # bytes/s the H200's copy kernels reach (docs/PERF.md)
 def make_inputs(a, torch):
     g = torch.Generator(device="cuda").manual_seed(0)
     dt = torch.bfloat16 if a.autocast else getattr(torch, a.dtype)
+    if a.op == "rms_norm":
+        x = torch.randn(a.n, a.c, device="cuda", generator=g).to(dt).requires_grad_(True)
+        w = (1 + 0.1 * torch.randn(a.c, device="cuda", generator=g)).to(dt).requires_grad_(True)
+        cot = torch.randn(a.n, a.c, device="cuda", generator=g)   # cast to y's dtype at the call
+        return (x, w), cot
     x = (torch.randn(a.n, a.c, device="cuda", generator=g) * 2).to(dt).requires_grad_(True)
     t = torch.randint(0, a.c, (a.n,), device="cuda", generator=g)
     t[::16] = -100
@@ -42,6 +50,9 @@ def make_inputs(a, torch):
 
 
 def step_fn(a, torch, F, x, t, compiled=False):
+    if a.op == "rms_norm":
+        return rms_step_fn(a, torch, F, x, t, compiled)
+
     def loss_fn(x, t):
         if a.autocast:
             with torch.autocast("cuda", torch.bfloat16):
@@ -58,6 +69,25 @@ def step_fn(a, torch, F, x, t, compiled=False):
     return step
 
 
+def rms_step_fn(a, torch, F, xw, cot, compiled):
+    x, w = xw
+
+    def fwd(x, w):
+        if a.autocast:
+            with torch.autocast("cuda", torch.bfloat16):
+                return F.rms_norm(x, (a.c,), w, 1e-5)
+        return F.rms_norm(x, (a.c,), w, 1e-5)
+
+    f = torch.compile(fwd) if compiled else fwd
+
+    def step():
+        x.grad = w.grad = None
+        y = f(x, w)
+        y.backward(cot.to(y.dtype))
+        return y.float().pow(2).mean()   # the bench's "loss": a check that outputs agree
+    return step
+
+
 def measure(a, method):
     import torch
     import torch.nn.functional as F
@@ -67,13 +97,17 @@ def measure(a, method):
         torch.ops.load_library(a.lib)
     x, t = make_inputs(a, torch)
     step = step_fn(a, torch, F, x, t, compiled=method == "compile")
+    if a.op == "rms_norm":
+        x = x[0]
     t0 = time.time()
     loss = step()
     torch.cuda.synchronize()
     first_s = time.time() - t0
     if method == "record":
         return {"method": method}
-    for _ in range(10):   # past the serve probe and the live check's first calls
+    # Past the serve probes: the forward's first 9 calls run eager beside the kernel (so their
+    # backward is eager's too), then the backward key's 9; peak memory is taken after.
+    for _ in range(25):
         step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -87,7 +121,7 @@ def measure(a, method):
            "grad": x.grad.float().flatten()[:: max(1, x.numel() // 65536)].tolist()}
     if method == "serve":
         ops = json.loads(torch.ops.kernelcraft.status())["ops"]
-        out["hits"] = {k: ops[k]["hits"] for k in ("cross_entropy", "cross_entropy_backward")}
+        out["hits"] = {k: ops[k]["hits"] for k in (a.op, a.op + "_backward")}
     return out
 
 
@@ -109,6 +143,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--lib", default=os.path.join(HERE, "..", "build", "torch_ops", "libkernelcraft.so"))
     p.add_argument("--cli", default=os.path.join(HERE, "..", "build", "torch_ops", "kernelcraft"))
+    p.add_argument("--op", default="cross_entropy", choices=["cross_entropy", "rms_norm"])
     p.add_argument("--out", default="ce-out")
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--c", type=int, default=128256)
@@ -124,7 +159,7 @@ def main():
         a.argv = []
         print(json.dumps(measure(a, a.child)))
         return 0
-    a.argv = [f"--lib={a.lib}", f"--n={a.n}", f"--c={a.c}", f"--dtype={a.dtype}",
+    a.argv = [f"--lib={a.lib}", f"--op={a.op}", f"--n={a.n}", f"--c={a.c}", f"--dtype={a.dtype}",
               f"--label-smoothing={a.label_smoothing}"] + (["--autocast"] if a.autocast else [])
     os.makedirs(a.out, exist_ok=True)
     a.cache = os.path.join(a.out, "cache")
@@ -152,10 +187,15 @@ def main():
 
 def report(a, rows):
     el = 2 if a.autocast or a.dtype != "float32" else 4
-    floor_ms = 3 * a.n * a.c * el / COPY_BW * 1e3
+    if a.op == "rms_norm":   # under autocast the pair reads fp32 copies: x twice, dy, writes y, dx
+        el = 4 if a.autocast else el
+        floor_ms = 5 * a.n * a.c * el / COPY_BW * 1e3
+        what = f"rms_norm [{a.n}, {a.c}] with weight, eps 1e-5"
+    else:
+        floor_ms = 3 * a.n * a.c * el / COPY_BW * 1e3
+        what = f"cross_entropy [{a.n}, {a.c}] mean, label_smoothing {a.label_smoothing}"
     eager = rows.get("eager", {})
-    lines = [f"cross_entropy [{a.n}, {a.c}] {'bf16 autocast' if a.autocast else a.dtype}, mean, "
-             f"label_smoothing {a.label_smoothing}; forward + backward; floor {floor_ms:.3f} ms"]
+    lines = [f"{what} {'bf16 autocast' if a.autocast else a.dtype}; forward + backward; floor {floor_ms:.3f} ms"]
     for m in ("eager", "serve", "compile"):
         r = rows.get(m)
         if not r or "median_ms" not in r:

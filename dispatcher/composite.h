@@ -4,11 +4,15 @@
 // dispatcher/cross_entropy.cpp, dispatcher/rms_norm.cpp.
 #pragma once
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <type_traits>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/library.h>
 
+#include "dispatcher/call.h"
 #include "runtime/ops.h"
 
 namespace kc::dispatch {
@@ -46,6 +50,40 @@ template <class N> NodePtr new_node(N*& raw) {
     raw = p.get();
     return p;
   }
+}
+
+// The forward's flow every composite shares. `c`: the forward's Call, its key bound; `bwd_ready`:
+// the backward's key can answer, or no gradient is needed. Not ready: PyTorch's composite (`own`),
+// the call counted and the forward's evolution requested, so the pair is searched together. Else
+// the pair's forward through c.run, whose eager (`eager`: own()'s output and the statistic the
+// node saves, computed only when c.compares()) stands in for the kernel; an output that is own()'s
+// keeps PyTorch's graph, a kernel's gets the composite's node from `attach(out, stat)` when a
+// gradient is needed.
+template <class Own, class Eager, class Attach>
+at::Tensor serve_forward(Call& c, bool bwd_ready, bool grad, Own&& own, Eager&& eager, Attach&& attach) {
+  if (!bwd_ready) {
+    c.ready(/*capture=*/true);
+    return own();
+  }
+  std::optional<at::Tensor> eager_out;
+  auto [out, stat] = c.run<std::tuple<at::Tensor, at::Tensor>>([&] {
+    auto r = eager();
+    eager_out = std::get<0>(r);
+    return r;
+  });
+  if (eager_out && out.is_same(*eager_out)) return out;   // PyTorch's own result and graph
+  return grad ? attach(std::move(out), stat) : out;
+}
+
+// Installs `fn` (a TORCH_FN) for aten::`name` at AutogradCPU and, built with CUDA, AutogradCUDA.
+// The libraries are leaked on purpose, as the backend libraries are (registry.cpp).
+template <class Fn> void impl_above_autograd(const char* name, Fn fn, const char* file, uint32_t line) {
+  auto* cpu = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCPU, file, line);
+  cpu->impl(name, fn);
+#ifdef KC_WITH_CUDA
+  auto* cuda = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCUDA, file, line);
+  cuda->impl(name, fn);
+#endif
 }
 
 // Installs the above-autograd kernel of composite row `op` (a backward row is installed with its

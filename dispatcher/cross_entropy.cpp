@@ -175,32 +175,20 @@ at::Tensor cross_entropy_kernel(const at::Tensor& self, const at::Tensor& target
   if (!c.active()) return own();
   a.bind(c);
   a.bind_scalars(c);
-  if (!bwd) {
-    c.ready(/*capture=*/true);   // counts the call and requests the forward's evolution too
-    return own();
-  }
-  std::optional<at::Tensor> eager_loss;
   auto eager = [&]() -> std::tuple<at::Tensor, at::Tensor> {
-    eager_loss = own();
-    if (!c.compares()) return {*eager_loss, at::empty(a.lse_sizes(), self.options().dtype(at::kFloat))};
+    at::Tensor loss = own();
+    if (!c.compares()) return {loss, at::empty(a.lse_sizes(), self.options().dtype(at::kFloat))};
     c10::NoGradGuard no_grad;
-    return {*eager_loss, at::logsumexp(self.to(at::kFloat), {-1})};
+    return {loss, at::logsumexp(self.to(at::kFloat), {-1})};
   };
-  auto [loss, lse] = c.run<std::tuple<at::Tensor, at::Tensor>>(eager);
-  if (eager_loss && loss.is_same(*eager_loss)) return loss;   // PyTorch's own result and graph
-  return grad ? attach_node(a, std::move(loss), lse) : loss;
+  return serve_forward(c, bwd, grad, own, eager,
+                       [&](at::Tensor loss, const at::Tensor& lse) { return attach_node(a, std::move(loss), lse); });
 }
 
 }  // namespace
 
 void register_cross_entropy() {
-  // Leaked on purpose, as the backend libraries are (registry.cpp).
-  auto* cpu = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCPU, __FILE__, __LINE__);
-  cpu->impl("cross_entropy_loss", TORCH_FN(cross_entropy_kernel));
-#ifdef KC_WITH_CUDA
-  auto* cuda = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCUDA, __FILE__, __LINE__);
-  cuda->impl("cross_entropy_loss", TORCH_FN(cross_entropy_kernel));
-#endif
+  impl_above_autograd("cross_entropy_loss", TORCH_FN(cross_entropy_kernel), __FILE__, __LINE__);
 }
 
 }  // namespace kc::dispatch

@@ -154,35 +154,23 @@ at::Tensor rms_norm_kernel(const at::Tensor& input, c10::SymIntArrayRef normaliz
   Call c(OpId::kRmsNorm, dev, input);
   if (!c.active()) return own();
   a.bind_forward(c);
-  if (!bwd) {
-    c.ready(/*capture=*/true);   // counts the call and requests the forward's evolution too
-    return own();
-  }
-  std::optional<at::Tensor> eager_out;
   auto eager = [&]() -> std::tuple<at::Tensor, at::Tensor> {
-    eager_out = own();
+    at::Tensor out = own();
     const at::Tensor rstd = at::empty(a.stat_sizes(), input.options().dtype(at::kFloat));
-    if (!c.compares()) return {*eager_out, rstd};
+    if (!c.compares()) return {out, rstd};
     c10::NoGradGuard no_grad;
     std::vector<int64_t> dims(a.shape.size());
     std::iota(dims.begin(), dims.end(), input.dim() - static_cast<int64_t>(a.shape.size()));
-    return {*eager_out, input.to(at::kFloat).square().mean(dims, true).add_(a.eps).rsqrt_()};
+    return {out, input.to(at::kFloat).square().mean(dims, true).add_(a.eps).rsqrt_()};
   };
-  auto [out, rstd] = c.run<std::tuple<at::Tensor, at::Tensor>>(eager);
-  if (eager_out && out.is_same(*eager_out)) return out;   // PyTorch's own result and graph
-  return grad ? attach_node(a, std::move(out), rstd) : out;
+  return serve_forward(c, bwd, grad, own, eager,
+                       [&](at::Tensor out, const at::Tensor& rstd) { return attach_node(a, std::move(out), rstd); });
 }
 
 }  // namespace
 
 void register_rms_norm() {
-  // Leaked on purpose, as the backend libraries are (registry.cpp).
-  auto* cpu = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCPU, __FILE__, __LINE__);
-  cpu->impl("rms_norm", TORCH_FN(rms_norm_kernel));
-#ifdef KC_WITH_CUDA
-  auto* cuda = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutogradCUDA, __FILE__, __LINE__);
-  cuda->impl("rms_norm", TORCH_FN(rms_norm_kernel));
-#endif
+  impl_above_autograd("rms_norm", TORCH_FN(rms_norm_kernel), __FILE__, __LINE__);
 }
 
 }  // namespace kc::dispatch

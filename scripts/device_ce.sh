@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine: build, the cross-entropy CUDA template tests (Gpu.CrossEntropy*), the
 # served pair end to end (tests/python/test_cross_entropy_cuda.py), then
-# benchmarks/cross_entropy_bench.py at a language model's loss. Logs to $OUT.
+# benchmarks/composite_bench.py at a language model's loss. Logs to $OUT.
 #   OUT=... [TPL_FILTER=Gpu.CrossEntropy*] [PY_K=autocast] [PHASES=record,evolve,serve,eager]
 #   [BENCH_ARGS="--autocast"] [SKIP_TPL=1] [SKIP_PY=1] [BUILD_TARGETS="kernelcraft_lib kernelcraft"] scripts/device_ce.sh
 set -uo pipefail
@@ -26,7 +26,7 @@ if [ -z "${SKIP_PY:-}" ]; then
   echo "pytest rc=$? ($(( $(date +%s) - t )) s)"; grep -E "autocast:|float|passed|failed|Error" $OUT/pytest_ce.log | cut -c1-400 | tail -12
 fi
 t=$(date +%s)
-timeout ${BENCH_S:-300} python3 benchmarks/cross_entropy_bench.py --lib $LIB --cli $CLI --out $OUT/ce \
+timeout ${BENCH_S:-300} python3 benchmarks/composite_bench.py --lib $LIB --cli $CLI --out $OUT/ce \
   --phases ${PHASES:-record,evolve,serve,eager} ${BENCH_ARGS:---autocast} \
   --evolve-args "${EVOLVE_ARGS:---generations 2 --budget-s 60}" > $OUT/bench.log 2>&1
 echo "bench rc=$? ($(( $(date +%s) - t )) s)"; grep -v '"grad"' $OUT/bench.log | tail -12 | cut -c1-600

@@ -41,4 +41,10 @@ TensorMeta absent_meta(const std::string& name) {
   return m;
 }
 
+std::vector<int64_t> stat_sizes(const std::vector<int64_t>& sizes, size_t normalized) {
+  std::vector<int64_t> stat(sizes.begin(), sizes.end() - static_cast<long>(normalized));
+  stat.resize(sizes.size(), 1);
+  return stat;
+}
+
 }  // namespace kc::evolve

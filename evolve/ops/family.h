@@ -13,6 +13,9 @@ namespace kc::evolve {
 // Dense contiguous metadata with a 16-byte aligned start, and an absent optional tensor.
 TensorMeta dense_meta(const std::string& name, std::vector<int64_t> sizes, DType dt);
 TensorMeta absent_meta(const std::string& name);
+// A normalization's per-row statistics' sizes (mean, rstd): the leading sizes of `sizes`, then 1
+// for each of the `normalized` trailing dims, as eager's layer_norm and rms_norm return them.
+std::vector<int64_t> stat_sizes(const std::vector<int64_t>& sizes, size_t normalized);
 
 struct FamilySchema {
   // The call's inputs (schema order) and scalars from the lead tensor's sizes and dtype and JSON

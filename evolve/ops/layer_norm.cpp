@@ -23,13 +23,6 @@ DType stat_dtype(BackendKind backend, DType dt, const TensorMeta& w, const Tenso
   return mixed ? DType::kF32 : dt;
 }
 
-// The statistics' sizes: the leading sizes, then 1 for each normalized dim.
-std::vector<int64_t> stat_sizes(const std::vector<int64_t>& sizes, size_t normalized) {
-  std::vector<int64_t> stat(sizes.begin(), sizes.end() - static_cast<long>(normalized));
-  stat.resize(sizes.size(), 1);
-  return stat;
-}
-
 // Parameters in the input's dtype unless {"param_dtype": "f32"} (mixed precision, CPU only).
 Status make_layer_norm(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
   if (sizes.empty()) return Status::error(Code::kInvalid, "layer_norm needs at least one dimension");

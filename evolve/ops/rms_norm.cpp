@@ -17,13 +17,6 @@ Status invalid(const std::string& m) { return Status::error(Code::kInvalid, m); 
 bool floating(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 bool is_backward(OpId op) { return op == OpId::kRmsNormBackward; }
 
-// The leading sizes, then 1 for each normalized dim.
-std::vector<int64_t> stat_sizes(const std::vector<int64_t>& sizes, size_t normalized) {
-  std::vector<int64_t> stat(sizes.begin(), sizes.end() - static_cast<long>(normalized));
-  stat.resize(sizes.size(), 1);
-  return stat;
-}
-
 Status make(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
   if (sizes.empty()) return invalid("rms_norm needs at least one dimension");
   const std::vector<int64_t> ns = args.contains("normalized_shape") ? args["normalized_shape"].get<std::vector<int64_t>>()
