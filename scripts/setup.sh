@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Installs the dependencies (Debian packages; torch, NVRTC and the build backend from PyPI), then
+# Installs the dependencies (Debian packages, chromium for the report page's headless test; torch,
+# NVRTC and the build backend from PyPI), then
 # builds and installs the kernelcraft Python package against that torch (`pip install .`). The build
 # tree is build/: the tests run from there (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if ! dpkg -s librocksdb-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcurl4-openssl-dev ninja-build \
-    libelf-dev libcapstone-dev libsodium-dev libseccomp-dev >/dev/null 2>&1; then
+    libelf-dev libcapstone-dev libsodium-dev libseccomp-dev chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq librocksdb-dev nlohmann-json3-dev libgtest-dev libgmock-dev \
-    libcurl4-openssl-dev ninja-build g++ cmake libelf-dev libcapstone-dev libsodium-dev libseccomp-dev >/dev/null
+    libcurl4-openssl-dev ninja-build g++ cmake libelf-dev libcapstone-dev libsodium-dev libseccomp-dev \
+    chromium >/dev/null
 fi
 PY=${PYTHON:-python3}
 # torch==2.13.0 (the CPU build on CI machines); NVRTC for compiling CUDA sources without a GPU.

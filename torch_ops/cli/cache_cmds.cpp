@@ -319,6 +319,8 @@ int cmd_repair(const Args& args) {
 
 }  // namespace
 
+Result<std::unique_ptr<Store>> open_cache_for_read(const Args& args, bool quiet) { return open_for_read(args, quiet); }
+
 int run_keygen(const Args& args) {
   if (args.words.size() > 1) return usage_error("keygen: unexpected operand '" + args.words[1] + "'");
   const std::string dir = args.value("out");

@@ -3,12 +3,17 @@
 // (kc_evolve, which links torch for the eager references in the evaluation child).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/status.h"
+
+namespace kc {
+class Store;
+}
 
 namespace kc::cli {
 
@@ -61,6 +66,11 @@ int verify_for_put(const Args& args, const std::string& key, const std::string& 
 // code when the gauntlet could not run (no device, no such op).
 Result<nlohmann::json> reverify_for_import(const Args& args, const std::string& key, const std::string& source,
                                            const nlohmann::json& launch);
+// The cache for a read command (cache ls, report): a missing cache reads as empty (one note on
+// stderr in text mode unless quiet); damage and I/O errors are failures (cache_cmds.cpp).
+Result<std::unique_ptr<Store>> open_cache_for_read(const Args& args, bool quiet = false);
+// `kernelcraft report [--out FILE]`: the cache as an HTML page, or its data with --json (report_cmd.cpp).
+int run_report_cmd(const Args& args);
 // `kernelcraft keygen --out DIR`: a bundle-signing key pair (cache_cmds.cpp).
 int run_keygen(const Args& args);
 

@@ -52,6 +52,11 @@ const char kUsage[] =
     "                                       run a kernel through the whole verification\n"
     "                                       gauntlet; exit 0 only if it is verified\n"
     "  search-state KEY                     every candidate a key's search tried, with verdicts\n"
+    "  report [--out FILE.html]             the cache as one self-contained HTML page (no server or\n"
+    "                                       network): per key its state, speedup, bandwidth, search\n"
+    "                                       curve, gauntlet evidence and lineage; per operator and\n"
+    "                                       cache the totals and where the time went. Default: stdout;\n"
+    "                                       --json prints the same data as JSON instead\n"
     "  worker [--settings JSON] [--idle-s S] the evolution worker (started by the runtime)\n"
     "  job-check FILE...                    validate job files as the worker does (one JSON line each)\n"
     "\n"
@@ -164,6 +169,7 @@ int check_options(const Args& args) {
       {"put", {"key", "source", "launch", "verify", "device"}},
       {"worker", {"jobs", "idle-s", "gpu-share", "settings"}},
       {"search-state", {}},
+      {"report", {"out"}},
       {"job-check", {}},
       {"evolve", {"keys", "key", "op", "shape", "dtype", "args", "backend", "device", "precision", "mu", "lambda",
                   "generations", "budget-s", "gpu-share"}},
@@ -198,6 +204,7 @@ int run(int argc, char** argv) {
   if (cmd == "evolve") return run_evolve_cmd(args);
   if (cmd == "verify") return run_verify_cmd(args);
   if (cmd == "search-state") return run_search_state_cmd(args);
+  if (cmd == "report") return run_report_cmd(args);
   if (cmd == "job-check") return run_job_check_cmd(args);
   if (cmd == "help") {
     std::fputs(kUsage, stdout);
