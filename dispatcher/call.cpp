@@ -164,7 +164,7 @@ Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
     case KernelTable::Kind::kLoad:
       c.fallbacks.fetch_add(1, std::memory_order_relaxed);
       if (capturing()) {   // loading a module is not capturable: leave it for a later call
-        table.forget(key_);
+        table.defer_load(key_, l.record);
         return Outcome::kEager;
       }
       loading_ = l.record;
@@ -200,7 +200,7 @@ bool Call::ready(bool capture) {
     case KernelTable::Kind::kServe:
       return l.kernel->bitwise_deterministic || !st.determinism_required();
     case KernelTable::Kind::kLoad:
-      table.forget(key_);   // found again, and loaded, by the run() that follows
+      table.defer_load(key_, l.record);   // found again, and loaded, by the run() that follows
       return true;
     case KernelTable::Kind::kMiss:
       st.counters(op_).misses.fetch_add(1, std::memory_order_relaxed);

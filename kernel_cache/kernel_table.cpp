@@ -191,6 +191,14 @@ KernelTable::Lookup KernelTable::find(const std::string& key) {
         case Kind::kServe: return {Kind::kServe, e.kernel, nullptr, false};
         case Kind::kDisabled: return {Kind::kDisabled, nullptr, nullptr, false};
         case Kind::kEagerBest: return {Kind::kEagerBest, nullptr, nullptr, false};
+        case Kind::kLoad:
+          // A deferred record read before the last catch-up may be stale: read the store again.
+          if (e.deferred && e.gen == store_->gen.load(std::memory_order_relaxed)) {
+            g.unlock();
+            return claim_deferred(key);
+          }
+          if (e.deferred) break;
+          [[fallthrough]];
         default:
           // kMiss (or a kLoad someone else is doing): trust it until a catch-up may have changed it.
           if ((e.gen == store_->gen.load(std::memory_order_relaxed) && !due()) || catch_up_every_.count() <= 0)
@@ -247,10 +255,12 @@ KernelTable::Lookup KernelTable::consult_store(const std::string& key) {
     }
   }
   std::unique_lock<std::shared_mutex> g(mu_);
-  auto [it, inserted] = entries_.try_emplace(key, Entry{kind, gen, nullptr});
+  auto [it, inserted] = entries_.try_emplace(key, Entry{kind, gen, nullptr, nullptr});
   if (!inserted) {
     if (it->second.kind == Kind::kServe) return {Kind::kServe, it->second.kernel, nullptr, false};
-    if (it->second.kind == Kind::kLoad) return {Kind::kDisabled, nullptr, nullptr, false};  // another thread loads
+    if (it->second.kind == Kind::kLoad && !it->second.deferred)
+      return {Kind::kDisabled, nullptr, nullptr, false};  // another thread loads
+    it->second.deferred.reset();   // stale: this read replaces it
     out.first_miss = false;
     it->second.kind = kind;
     it->second.gen = gen;
@@ -269,7 +279,7 @@ void KernelTable::install(std::shared_ptr<LoadedKernel> k) {
   }
   std::unique_lock<std::shared_mutex> g(mu_);
   std::string key = k->key;
-  entries_[key] = Entry{Kind::kServe, store_->gen.load(), std::move(k)};
+  entries_[key] = Entry{Kind::kServe, store_->gen.load(), std::move(k), nullptr};
 }
 
 void KernelTable::drop_revoked() {
@@ -300,7 +310,7 @@ void KernelTable::unwatch(const std::string* key) {
 void KernelTable::disable(const std::string& key, const std::string& why) {
   {
     std::unique_lock<std::shared_mutex> g(mu_);
-    entries_[key] = Entry{Kind::kDisabled, store_->gen.load(), nullptr};
+    entries_[key] = Entry{Kind::kDisabled, store_->gen.load(), nullptr, nullptr};
   }
   unwatch(&key);
   log_once(LogLevel::kWarn, "disabled:" + key, "kernel disabled, serving eager (" + why + ") for key " + key);
@@ -309,9 +319,26 @@ void KernelTable::disable(const std::string& key, const std::string& why) {
 void KernelTable::demote(const std::string& key, const std::string& why) {
   {
     std::unique_lock<std::shared_mutex> g(mu_);
-    entries_[key] = Entry{Kind::kEagerBest, store_->gen.load(), nullptr};
+    entries_[key] = Entry{Kind::kEagerBest, store_->gen.load(), nullptr, nullptr};
   }
   log_once(LogLevel::kWarn, "demoted:" + key, "kernel demoted to eager for this process (" + why + ") for key " + key);
+}
+
+KernelTable::Lookup KernelTable::claim_deferred(const std::string& key) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  auto it = entries_.find(key);
+  // Between the two locks another caller may have claimed it (then it loads) or replaced it.
+  if (it == entries_.end() || it->second.kind != Kind::kLoad || !it->second.deferred)
+    return {it != entries_.end() && it->second.kind == Kind::kServe ? Kind::kServe : Kind::kDisabled,
+            it != entries_.end() ? it->second.kernel : nullptr, nullptr, false};
+  return {Kind::kLoad, nullptr, std::move(it->second.deferred), false};
+}
+
+void KernelTable::defer_load(const std::string& key, std::shared_ptr<const Record> record) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.kind != Kind::kLoad || !record) return;   // changed meanwhile
+  it->second.deferred = std::move(record);
 }
 
 void KernelTable::forget(const std::string& key) {

@@ -82,6 +82,10 @@ class KernelTable {
   // Serve eager for `key` for the rest of this process, as if the record were eager_best (a kernel
   // that proved slower than eager here); logs one line.
   void demote(const std::string& key, const std::string& why);
+  // A kLoad lookup whose caller will not load it now (a composite's readiness check, a call being
+  // captured): `record` is kept, and the next find of `key` returns kLoad with it again from
+  // memory. Forgetting instead would reread the store and catch up with its writers on every call.
+  void defer_load(const std::string& key, std::shared_ptr<const Record> record);
   // Forget everything cached in memory for `key` (e.g. after a put from this process).
   void forget(const std::string& key);
   void forget_all();
@@ -99,7 +103,9 @@ class KernelTable {
     Kind kind;
     uint64_t gen;
     std::shared_ptr<LoadedKernel> kernel;
+    std::shared_ptr<const Record> deferred;   // kLoad put back by defer_load: nobody is loading it
   };
+  Lookup claim_deferred(const std::string& key);
   struct StoreThread;   // kernel_table.cpp; shared with the thread so that it may outlive the table
   Lookup consult_store(const std::string& key);
   void drop_revoked();                         // erases served entries the store thread revoked

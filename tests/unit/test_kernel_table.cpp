@@ -171,6 +171,29 @@ TEST(KernelTable, ForgetMakesTheNextLookupCatchUpAtOnce) {
   EXPECT_EQ(t.find("kc1|k").kind, Kind::kLoad);
 }
 
+// A found record whose load is put off (a composite's readiness check) comes back from memory:
+// forgetting it instead made every such call reread the store and catch up with its writers,
+// which cost a 170 µs RMSNorm call 1.4 ms on the H200.
+TEST(KernelTable, ADeferredLoadComesBackFromMemoryOnce) {
+  TempDir d;
+  put_record(d.path, "kc1|k", "served");
+  KernelTable t(d.path, false, 60 * 60 * 1000);
+  auto first = t.find("kc1|k");
+  ASSERT_EQ(first.kind, Kind::kLoad);
+  t.defer_load("kc1|k", first.record);
+  auto again = t.find("kc1|k");
+  ASSERT_EQ(again.kind, Kind::kLoad);
+  EXPECT_EQ(again.record.get(), first.record.get()) << "a store read would make a new record";
+  EXPECT_EQ(t.find("kc1|k").kind, Kind::kDisabled) << "claimed: its claimant loads it, nobody else";
+  t.defer_load("kc1|k", again.record);
+  t.forget("kc1|k");
+  auto fresh = t.find("kc1|k");
+  ASSERT_EQ(fresh.kind, Kind::kLoad);
+  EXPECT_NE(fresh.record.get(), first.record.get());
+  t.defer_load("kc1|absent", first.record);   // no such lookup: nothing is made up
+  EXPECT_EQ(t.find("kc1|absent").kind, Kind::kMiss);
+}
+
 // A process that only hits still learns that its kernel's record was removed, demoted or replaced:
 // the store thread rechecks served kernels every catch_up_ms by itself (it used to catch up only
 // on misses, and a removed kernel was served for as long as every call hit).
