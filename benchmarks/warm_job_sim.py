@@ -6,10 +6,12 @@ model, its assumptions, the check against measured runs and the tables.
 
 What is modelled, as the code does it:
   - a node's coordinator runs one round every --poll-ms after the previous round ended
-    (job_poll_ms); a round is tend_owned (publish ended searches, renew claims every lease/4),
-    tend_waiting (one get per waiting key; compareSet a free or stale claim while the node holds
-    fewer than --workers claims) and read_records (add(0), one get per new record, then an import
-    of --import-s each, on the same thread, so imports delay the next round and its renewals);
+    (job_poll_ms); a round is tend_owned (publish ended searches, then renew_due: renew every
+    owned claim not renewed for lease/4), tend_waiting (one get per waiting key; compareSet a free
+    or stale claim while the node holds fewer than --workers claims) and read_records (add(0), one
+    get per new record, then an import of --import-s each, on the same thread, with renew_due after
+    every import, so an import backlog delays the next round and its claims but not the renewals;
+    --no-renew-between-imports leaves renew_due out of read_records, as the code did before);
   - store calls are sequential per node: each costs --rtt-ms plus --store-op-us of server time for
     every node in a round at the same moment (a single-threaded TCPStore, roughly);
   - the node's worker runs --workers searches at once (evolve_jobs), takes job files oldest first,
@@ -18,8 +20,8 @@ What is modelled, as the code does it:
   - a claim unchanged for a lease by a watcher's own clock is taken over and searched again from
     the start; a killed node (--kill) stops renewing, publishing and searching.
 Not modelled: store failures and timeouts (job_store_timeout_ms), refused imports, eager_best vs
-served (both publish a record), claims racing inside one instant (a round's effects are applied
-at once; the loser of a real race pays one more call), worker idle exit.
+served (both publish a record), claims racing inside one instant (a round's store calls between
+imports are applied at once; the loser of a real race pays one more call), worker idle exit.
 
     python3 benchmarks/warm_job_sim.py --nodes 1,2,4,8 --keys 10,100 --search lognormal:25:0.5
 """
@@ -52,6 +54,7 @@ class Settings:
     skew_s: float = 0.0          # nodes reach their first miss spread over this many seconds
     node_jitter: float = 0.0     # lognormal sigma of one node's search time of a key vs another's
     kill: tuple | None = None    # (node, seconds): that node dies then
+    renew_between_imports: bool = True   # read_records calls renew_due after every import
     coordinate: bool | None = None   # None: as the code decides (world size > 1)
     seed: int = 1
 
@@ -157,6 +160,7 @@ class Node:
         self.rounds = []                     # start of every round (a watcher's reads of claims)
         self.worker = None
         self.import_busy = 0.0
+        self.in_round = False
 
 
 class Job:
@@ -171,14 +175,15 @@ class Job:
         self.ages = []               # heap (changed_at, version, key) of "search" claims
         self.lapsed = set()          # "search" claims unchanged for a lease (store time)
         self.in_round = []           # heap of round ends: nodes whose calls share the store now
+        self.open_rounds = 0         # rounds begun whose end is not known yet (importing)
         self.events = []
         self.seq = 0
         self.left = s.nodes * s.keys     # (node, key) pairs not served yet, alive nodes only
         self.searches = self.taken_over = self.store_calls = 0
 
-    def at(self, t, what, n):
+    def at(self, t, what, n, data=None):
         self.seq += 1
-        heapq.heappush(self.events, (t, self.seq, what, n))
+        heapq.heappush(self.events, (t, self.seq, what, n, data))
 
     def run(self):
         for node in self.nodes:
@@ -188,11 +193,15 @@ class Job:
         if self.s.kill:
             self.at(self.s.kill[1], "kill", self.s.kill[0])
         while self.events and self.left > 0:
-            t, _, what, n = heapq.heappop(self.events)
+            t, _, what, n, data = heapq.heappop(self.events)
             if what == "kill":
                 self.kill(n)
-            elif not self.nodes[n].dead:
+            elif self.nodes[n].dead:
+                continue
+            elif what == "round":
                 self.round(self.nodes[n], t)
+            else:
+                self.imported(self.nodes[n], t, *data)
         if self.s.kill and not self.nodes[self.s.kill[0]].dead:
             # Warm before the kill was reached; searches it would finish later still die with it.
             victim = self.nodes[self.s.kill[0]]
@@ -212,6 +221,9 @@ class Job:
             return
         # Its pairs no longer count: what it had served dies with it, what it had not never comes.
         node.dead = True
+        if node.in_round:            # killed while importing: it makes no more calls
+            node.in_round = False
+            self.open_rounds -= 1
         self.left -= self.s.keys - len(node.served)
         node.served = {}
 
@@ -225,7 +237,7 @@ class Job:
     def latency(self, t):
         while self.in_round and self.in_round[0] <= t:
             heapq.heappop(self.in_round)
-        return self.s.rtt_s + self.s.store_op_s * (1 + len(self.in_round))
+        return self.s.rtt_s + self.s.store_op_s * (1 + len(self.in_round) + self.open_rounds)
 
     def write_claim(self, key, owner, state, t):
         old = self.claims.get(key)
@@ -244,22 +256,29 @@ class Job:
                 self.lapsed.add(key)
 
     def round(self, node, t):
+        """A round's store calls are applied at once (they take milliseconds); it stops at each
+        import, which ends in an "import" event, so that what other nodes write meanwhile (a
+        take-over) is seen by the renewals after it, and they see those renewals only then."""
         node.rounds.append(t)
         self.update_lapsed(t)
-        lat = self.latency(t)
+        lat = self.latency(t)      # one call's cost, for the whole round (renewals included)
+        node.in_round = True
+        self.open_rounds += 1
         clock = self.tend_owned(node, t, lat)
         clock = self.tend_waiting(node, clock, lat)
-        clock = self.read_records(node, clock, lat)
+        self.read_records(node, clock, lat)
+
+    def end_round(self, node, clock):
+        node.in_round = False
+        self.open_rounds -= 1
         heapq.heappush(self.in_round, clock)
         self.at(clock + self.s.poll_s, "round", node.n)
-        return clock
 
     def tend_owned(self, node, clock, lat):
-        """Publish the searches that ended here (add, set, compareSet "ended"); renew the others
-        every lease/4. A renewal that finds another owner stops renewing (it was taken over)."""
+        """Publish the searches that ended here (add, set, compareSet "ended"), in key order; then
+        renew_due."""
         for key in sorted(node.owned):
             o = node.owned[key]
-            c = self.claims[key]
             if o.ends_at <= clock:
                 clock += 2 * lat
                 self.records.append((clock, key, node.n))
@@ -267,17 +286,28 @@ class Job:
                 if not o.lost:
                     clock += lat
                     self.store_calls += 1
+                    c = self.claims[key]
                     if c.owner == node.n and c.version == o.version:
                         self.write_claim(key, node.n, "ended", clock)
                 del node.owned[key]
-            elif not o.lost and clock - o.renewed >= self.s.lease_s / 4:
-                clock += lat
-                self.store_calls += 1
-                if c.owner == node.n and c.version == o.version:
-                    o.version = self.write_claim(key, node.n, "search", clock).version
-                    o.renewed = clock
-                else:
-                    o.lost = True
+        return self.renew_due(node, clock, lat)
+
+    def renew_due(self, node, clock, lat):
+        """Coordinator::renew_due: the owned claims not renewed for lease/4 (as of the call's
+        start), in key order, one compareSet each. A renewal that finds another owner stops
+        renewing (it was taken over)."""
+        due = [k for k in sorted(node.owned)
+               if not node.owned[k].lost and clock - node.owned[k].renewed >= self.s.lease_s / 4]
+        for key in due:
+            o = node.owned[key]
+            c = self.claims[key]
+            clock += lat
+            self.store_calls += 1
+            if c.owner == node.n and c.version == o.version:
+                o.version = self.write_claim(key, node.n, "search", clock).version
+                o.renewed = clock
+            else:
+                o.lost = True
         return clock
 
     def seen_at(self, node, changed_at):
@@ -325,23 +355,36 @@ class Job:
 
     def read_records(self, node, clock, lat):
         """add(0), then one get per new record; each record of another node is imported here
-        (rebuilt: --import-s on this thread) and its key leaves the waiting list."""
+        (rebuilt: --import-s on this thread, ending in an "import" event)."""
         clock += lat
         self.store_calls += 1
-        counted = clock
-        while node.next_record < len(self.records) and self.records[node.next_record][0] <= counted:
+        n = node.next_record
+        while n < len(self.records) and self.records[n][0] <= clock:
+            n += 1
+        self.read_on(node, clock, lat, n)
+
+    def read_on(self, node, clock, lat, n):
+        """The records up to n (the count add(0) returned), from the next one to import."""
+        while node.next_record < n:
             _, key, owner = self.records[node.next_record]
             node.next_record += 1
             clock += lat
             self.store_calls += 1
-            if owner == node.n:
-                continue
-            clock += self.s.import_s
-            node.import_busy += self.s.import_s
-            self.serve(node, key, clock)
-            if self.is_waiting(node, key):
-                node.waiting.remove(key)
-        return clock
+            if owner != node.n:
+                self.at(clock + self.s.import_s, "import", node.n, (key, lat, n))
+                return
+        self.end_round(node, clock)
+
+    def imported(self, node, clock, key, lat, n):
+        """An import ended: its key is served here and leaves the waiting list; renew_due runs
+        (unless --no-renew-between-imports); then the next record."""
+        node.import_busy += self.s.import_s
+        self.serve(node, key, clock)
+        if self.is_waiting(node, key):
+            node.waiting.remove(key)
+        if self.s.renew_between_imports:
+            clock = self.renew_due(node, clock, lat)
+        self.read_on(node, clock, lat, n)
 
 
 def simulate(s, search, starts=None):
@@ -398,7 +441,8 @@ def settings_of(args, n, k):
                     store_op_s=args.store_op_us / 1e6, import_s=args.import_s, worker_start_s=args.worker_start_s,
                     key_budget_s=args.key_budget_s, duty_fraction=args.duty_fraction, skew_s=args.skew_s,
                     node_jitter=args.node_jitter, seed=args.seed,
-                    coordinate=True if args.force_store else None)
+                    coordinate=True if args.force_store else None,
+                    renew_between_imports=not args.no_renew_between_imports)
 
 
 # Measured on the 2-core development machine, one run of tests/python/test_distributed.py
@@ -492,6 +536,8 @@ def main(argv=None):
     p.add_argument("--skew-s", type=float, default=0.0, help="nodes' first misses spread over this long")
     p.add_argument("--node-jitter", type=float, default=0.0, help="lognormal sigma between nodes' search times")
     p.add_argument("--kill", help="NODE@SECONDS or NODE (halfway through its first search): that node dies")
+    p.add_argument("--no-renew-between-imports", action="store_true",
+                   help="renew claims only in tend_owned, not after every import (the code before the fix)")
     p.add_argument("--force-store", action="store_true", help="coordinate even a 1-process job (job_store=host:port)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--format", choices=["text", "md", "json"], default="text")

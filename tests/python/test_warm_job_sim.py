@@ -69,12 +69,20 @@ def test_the_cli_prints_one_row_per_node_and_key_count(capsys):
     assert all(o["coordinated_s"] <= o["uncoordinated_s"] + 1e-9 for o in out if o["nodes"] > 1)
 
 
-def test_imports_beyond_a_nodes_rate_cost_leases():
+def test_renewals_between_imports_keep_claims_through_an_import_backlog():
     # 48 nodes finishing together leave each 47 records of 1.5 s to import on its coordinator's
-    # thread: a round outlasts the 60 s lease, renewals lapse and keys are searched twice.
+    # thread: a round outlasts the 60 s lease. read_records renews due claims after every import
+    # (Coordinator::renew_due), so no claim lapses and no key is searched twice.
     r = run("fixed:20", nodes=48, keys=480, import_s=1.5)
-    assert r["coordinated"]["taken_over"] > 0
-    assert r["coordinated"]["searches"] == 480 + r["coordinated"]["taken_over"]
+    assert r["coordinated"]["taken_over"] == 0
+    assert r["coordinated"]["searches"] == 480
+    # Without those renewals (the code before), the round's claims lapse and keys are searched twice.
+    old = run("fixed:20", nodes=48, keys=480, import_s=1.5, renew_between_imports=False)
+    assert old["coordinated"]["taken_over"] > 0
+    assert old["coordinated"]["searches"] == 480 + old["coordinated"]["taken_over"]
+    assert r["coordinated"]["warm_s"] < old["coordinated"]["warm_s"]
+    # Short imports never built a backlog: the same either way.
     fine = run("fixed:20", nodes=48, keys=480, import_s=0.1)
     assert fine["coordinated"]["taken_over"] == 0
+    assert fine == run("fixed:20", nodes=48, keys=480, import_s=0.1, renew_between_imports=False)
     assert fine["coordinated"]["warm_s"] < r["coordinated"]["warm_s"]
