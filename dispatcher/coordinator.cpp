@@ -105,6 +105,7 @@ class Coordinator {
   void run();
   Status round(const Config& c);
   Status tend_owned(const Config& c);
+  Status renew_due(const Config& c);
   Status tend_waiting(const Config& c);
   Status watch(const std::string& key, const Config& c, Clock::time_point now);
   Status read_records(const Config& c);
@@ -224,7 +225,6 @@ Status Coordinator::tend_owned(const Config& c) {
     for (const auto& [k, o] : owned_) keys.push_back(k);
   }
   const std::string dir = State::get().table().dir();
-  const auto renew_every = std::chrono::duration<double>(c.job_lease_s / 4);
   for (const std::string& key : keys) {
     Owned o;
     {
@@ -235,9 +235,23 @@ Status Coordinator::tend_owned(const Config& c) {
       KC_RETURN_IF_ERROR(finish(key, o));
       std::lock_guard<std::mutex> g(mu_);
       owned_.erase(key);
-      continue;
     }
-    if (o.lost || Clock::now() - o.renewed < renew_every) continue;
+  }
+  return renew_due(c);
+}
+
+// Renews the claims of owned keys not renewed for a quarter lease. Also called between imports:
+// a round that imports many records (each rebuilt by the host compiler) must not let its own
+// claims lapse, or a peer takes them over and the keys are searched twice.
+Status Coordinator::renew_due(const Config& c) {
+  std::vector<std::pair<std::string, Owned>> due;
+  const auto renew_every = std::chrono::duration<double>(c.job_lease_s / 4);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [k, o] : owned_)
+      if (!o.lost && Clock::now() - o.renewed >= renew_every) due.emplace_back(k, o);
+  }
+  for (const auto& [key, o] : due) {
     const std::string next = claim_value(key, o.beat + 1, "search");
     auto now = call([&](JobStore& s) { return s.compare_set(claim_key(key), o.claim, next); });
     if (!now) return now.status();
@@ -362,9 +376,14 @@ Status Coordinator::read_records(const Config& c) {
       targets = targets_;
     }
     std::vector<Published> later;
-    for (Published& p : stash_)
-      if (targets.count(key_target(p.key))) import(p);
-      else later.push_back(std::move(p));
+    for (Published& p : stash_) {
+      if (!targets.count(key_target(p.key))) {
+        later.push_back(std::move(p));
+        continue;
+      }
+      import(p);
+      KC_RETURN_IF_ERROR(renew_due(c));
+    }
     stash_ = std::move(later);
   }
   while (next_record_ < n.value()) {
@@ -389,8 +408,12 @@ Status Coordinator::read_records(const Config& c) {
       std::lock_guard<std::mutex> g(mu_);
       known = targets_.count(key_target(p.key)) > 0;
     }
-    if (known) import(p);
-    else if (stash_.size() < kMaxStashed) stash_.push_back(std::move(p));
+    if (known) {
+      import(p);
+      KC_RETURN_IF_ERROR(renew_due(c));
+    } else if (stash_.size() < kMaxStashed) {
+      stash_.push_back(std::move(p));
+    }
   }
   return Status::ok();
 }

@@ -24,6 +24,7 @@ nlohmann::json Verdict::to_json() const {
                       {"eager_mad_ms", eager_mad_ms}};
   if (pairs > 0)
     j["paired"] = {{"pairs", pairs}, {"speedup_median", speedup_median}, {"speedup_p10", speedup_p10}, {"wins", wins}};
+  if (copy_gb_s > 0) j["copy_gb_s"] = copy_gb_s;
   return j;
 }
 

@@ -69,6 +69,8 @@ struct Verdict {
   // eager / candidate per pair. 0 pairs in search mode, where eager's time is measured once.
   int pairs = 0;
   double speedup_median = 0, speedup_p10 = 0, wins = 0;
+  // Full mode: the device's copy bandwidth in GB/s, timed in the same window (0: not measured).
+  double copy_gb_s = 0;
   // The binary the stages ran (compile stage evidence "binary_hash" is its hash): what promotion
   // stores, so that no other build of the source is ever served. Not part of to_json().
   std::string binary;

@@ -2,6 +2,7 @@
 // written here: records of every kind, search states with and without records, a corrupt value,
 // meta of the wrong shape, and strings that must not escape their HTML or JSON context.
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -178,7 +179,7 @@ TEST_F(ReportTest, JsonSaysWhatIsUnknown) {
   json j = to_json(report_);
   EXPECT_EQ(j["report_format"], kReportFormat);
   EXPECT_FALSE(j["peak"]["measured"].get<bool>());
-  EXPECT_TRUE(j["peak"]["gb_per_s"].is_null());
+  EXPECT_TRUE(j["peak"]["targets"].empty());
   ASSERT_EQ(j["keys"].size(), 5u);
   for (const auto& k : j["keys"]) {
     EXPECT_TRUE(k["bandwidth"]["fraction_of_peak"].is_null());
@@ -194,6 +195,40 @@ TEST_F(ReportTest, JsonSaysWhatIsUnknown) {
     }
   }
   EXPECT_EQ(j["cache"]["by_state"]["served"], 1);
+}
+
+// Two promoted records of one target timed the copy beside their kernels: the target's peak is
+// their median, and each key's achieved bandwidth is put against it; another target has none.
+TEST(ReportPeak, ATargetsPeakIsItsRecordsMedianCopyBandwidth) {
+  test::TempDir dir;
+  auto st = Store::open(dir.path, Store::Mode::kWriter);
+  ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+  const std::string other = "kc1|cuda-sm_90+drv-13.0+nvrtc-13.0|aten::relu|fp32|self=T:f32[1024]s[1]a16";
+  for (auto [key, copy] : {std::pair{kServedKey, 10.0}, std::pair{kEagerKey, 30.0}, std::pair{other, 0.0}}) {
+    Record r = served_record();
+    r.key = key;
+    r.meta["timing"]["copy_gb_s"] = copy;
+    put(*st.value(), r);
+  }
+  auto rep = collect_report(*st.value(), dir.path);
+  ASSERT_TRUE(rep.is_ok()) << rep.status().to_string();
+  ASSERT_EQ(rep.value().peaks.size(), 1u);
+  const PeakBandwidth& p = peak_of(rep.value(), kServedKey);
+  EXPECT_TRUE(p.measured);
+  EXPECT_DOUBLE_EQ(p.gb_per_s, 20.0);
+  EXPECT_EQ(p.samples, 2);
+  EXPECT_FALSE(peak_of(rep.value(), other).measured);
+  json j = to_json(rep.value());
+  EXPECT_TRUE(j["peak"]["measured"].get<bool>());
+  EXPECT_DOUBLE_EQ(j["peak"]["targets"][kTarget]["gb_per_s"].get<double>(), 20.0);
+  for (const auto& k : j["keys"]) {
+    // 1024 floats read and written (8 KiB) in 4 us: 2.048 GB/s, a tenth of 20.
+    if (k["key"] == other) EXPECT_TRUE(k["bandwidth"]["fraction_of_peak"].is_null());
+    else EXPECT_NEAR(k["bandwidth"]["fraction_of_peak"].get<double>(), k["bandwidth"]["gb_per_s"].get<double>() / 20.0, 1e-12);
+  }
+  const std::string page = render_report_html(rep.value());
+  EXPECT_NE(page.find("% of peak)"), std::string::npos);
+  EXPECT_NE(page.find("peak of <code>" + kTarget + "</code>"), std::string::npos);
 }
 
 TEST_F(ReportTest, PageShowsTheNumbersAndEscapesTheData) {

@@ -330,7 +330,8 @@ Result<nlohmann::json> reverify_for_import(const Args& args, const std::string& 
   // The evidence an evolved record keeps (as cache put --verify stores it).
   return nlohmann::json{{"stages", call0.value("stages", nlohmann::json::array())},
                         {"median_ms", call0.value("median_ms", 0.0)},
-                        {"eager_median_ms", call0.value("eager_median_ms", 0.0)}};
+                        {"eager_median_ms", call0.value("eager_median_ms", 0.0)},
+                        {"copy_gb_s", call0.value("copy_gb_s", 0.0)}};
 }
 
 }  // namespace kc::cli

@@ -75,7 +75,8 @@ int run_cache_put(const Args& args) {
     // The evidence an evolved record keeps: every stage's outcome and the timings against eager.
     r.meta["verification"] = {{"stages", call.value("stages", json::array())},
                               {"median_ms", call.value("median_ms", 0.0)},
-                              {"eager_median_ms", call.value("eager_median_ms", 0.0)}};
+                              {"eager_median_ms", call.value("eager_median_ms", 0.0)},
+                              {"copy_gb_s", call.value("copy_gb_s", 0.0)}};
     evolve::record_verdict_facts(r, call);   // determinism and the live check's budget, typed
   }
   if (Status s = put_record(args.cache_dir, r, 10000); !s) return fail(s.message());

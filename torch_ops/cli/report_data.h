@@ -66,6 +66,7 @@ struct KeyReport {
   // Timing as stored (0: not measured). eager_best: median_ms is the best candidate's search time.
   double median_ms = 0, eager_ms = 0, speedup = 0, speedup_p10 = 0;
   int pairs = 0;
+  double copy_gb_s = 0;                 // the device's copy bandwidth timed beside it (0: none)
   // The least the call must move (each input read once, each output written once), from the key's
   // tensor metadata; 0 when the key does not parse into a call.
   double bytes = 0;
@@ -91,12 +92,13 @@ struct Totals {
   double geomean_speedup = 0;           // geometric mean over served records (0: none)
 };
 
-// The device's memory bandwidth peak, against which achieved bandwidth would be put. kernelcraft
-// does not measure one yet, so it is reported as absent rather than assumed.
+// A target's memory bandwidth peak: the median of the copy bandwidths its records measured, each
+// timed by the full gauntlet beside the kernel it promoted (evidence "copy_gb_s"). Absent (not
+// measured) for a target none of whose records carries one: never assumed.
 struct PeakBandwidth {
   bool measured = false;
   double gb_per_s = 0;
-  std::string note;
+  int samples = 0;
 };
 
 struct Report {
@@ -104,13 +106,17 @@ struct Report {
   std::vector<KeyReport> keys;          // by operator, then key
   std::vector<Totals> ops;              // by operator name
   Totals cache;
-  PeakBandwidth peak;
+  std::map<std::string, PeakBandwidth> peaks;   // by target (the keys' second field)
+  std::string peak_note;                        // how achieved bandwidth is put against a peak
   size_t damaged_regions = 0;           // blocks the scan could not read (cache repair salvages)
 };
 
 // Reads every record and search state of `store`. Never throws; a record that does not decode is a
 // kCorrupt key, a search state that does not parse leaves the key without a curve.
 Result<Report> collect_report(Store& store, const std::string& cache_dir);
+
+// The peak of `key`'s target (not measured when the report has none for it).
+const PeakBandwidth& peak_of(const Report& r, const std::string& key);
 
 // GB/s for `bytes` in `ms` (0 when either is unknown).
 double gb_per_s(double bytes, double ms);

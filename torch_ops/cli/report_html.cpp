@@ -239,7 +239,10 @@ std::string key_section(const KeyReport& k, size_t i, const PeakBandwidth& peak)
 std::string header_html(const Report& r) {
   std::string s = "<h1>kernelcraft report</h1><p>cache <code>" + esc(r.cache_dir) + "</code> · generated " +
                   esc(r.generated_at) + " · " + std::to_string(r.keys.size()) + " key(s)</p><p class=\"muted\">" +
-                  esc(r.peak.note) + "</p>";
+                  esc(r.peak_note) + "</p>";
+  for (const auto& [target, p] : r.peaks)
+    s += "<p>peak of <code>" + esc(target) + "</code>: " + gbs(p.gb_per_s) + " (copy, median of " +
+         std::to_string(p.samples) + " record(s))</p>";
   if (r.damaged_regions)
     s += "<p class=\"rejected\">" + std::to_string(r.damaged_regions) +
          " damaged region(s) of the cache could not be read (kernelcraft cache repair salvages what is left).</p>";
@@ -305,7 +308,7 @@ std::string render_report_html(const Report& r) {
   s += "</style></head>\n<body data-rendered=\"pending\"><pre id=\"kc-errors\"></pre><script>";
   s += kErrorScript;
   s += "</script>\n" + header_html(r) + summary_html(r) + keys_table(r) + "\n<h2>Per key</h2>\n";
-  for (size_t i = 0; i < r.keys.size(); ++i) s += key_section(r.keys[i], i, r.peak) + "\n";
+  for (size_t i = 0; i < r.keys.size(); ++i) s += key_section(r.keys[i], i, peak_of(r, r.keys[i].key)) + "\n";
   s += "<script type=\"application/json\" id=\"kc-data\">" + script_safe_json(to_json(r)) + "</script>\n<script>";
   s += kMainScript;
   return s + "</script></body></html>\n";
