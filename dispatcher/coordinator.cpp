@@ -40,6 +40,15 @@ constexpr size_t kMaxStashed = 4096;   // records of targets not seen here yet, 
 
 std::string claim_key(const std::string& key) { return "claim/" + fnv1a64_hex(key); }
 std::string record_key(int64_t i) { return "record/" + std::to_string(i); }
+std::string state_key(const std::string& key) { return "state/" + fnv1a64_hex(key); }
+
+// This cache's search state of `key` ("" when it has none yet).
+std::string local_search_state(const std::string& key) {
+  auto local = Store::open(State::get().table().dir(), Store::Mode::kReadOnly);
+  if (!local) return "";
+  auto v = local.value()->get(search_state_key(key));
+  return v ? v.value() : "";
+}
 
 std::string self_id() {
   char host[256] = {0};
@@ -110,6 +119,8 @@ class Coordinator {
   Status watch(const std::string& key, const Config& c, Clock::time_point now);
   Status read_records(const Config& c);
   void import(const Published& p);
+  void ship_state(const std::string& key);
+  void adopt_state(const std::string& key, const std::string& from);
   Status finish(const std::string& key, const Owned& o);
   void give_up(const std::string& why);
   void go_local(const std::string& key);
@@ -144,6 +155,7 @@ class Coordinator {
   std::atomic<int64_t> call_since_{0};         // steady ticks of the store call in flight; 0: none
   int timeout_ms_ = 3000;
   uint64_t claimed_ = 0, taken_over_ = 0, published_ = 0, imported_ = 0, refused_ = 0;
+  std::atomic<uint64_t> resumed_{0};   // taken-over keys that resumed from a shipped search state
 
   // The coordinator thread's own.
   std::unique_ptr<JobStore> store_;
@@ -255,17 +267,20 @@ Status Coordinator::renew_due(const Config& c) {
     const std::string next = claim_value(key, o.beat + 1, "search");
     auto now = call([&](JobStore& s) { return s.compare_set(claim_key(key), o.claim, next); });
     if (!now) return now.status();
-    std::lock_guard<std::mutex> g(mu_);
-    Owned& mine = owned_[key];
-    if (now.value() == next) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      Owned& mine = owned_[key];
+      if (now.value() != next) {
+        mine.lost = true;
+        log(LogLevel::kInfo, "kernelcraft: the claim on " + key + " was taken over by " +
+                                 parse_claim(now.value()).owner + " (renewed too late); the search here carries on");
+        continue;
+      }
       mine.claim = next;
       mine.beat = o.beat + 1;
       mine.renewed = Clock::now();
-    } else {
-      mine.lost = true;
-      log(LogLevel::kInfo, "kernelcraft: the claim on " + key + " was taken over by " + parse_claim(now.value()).owner +
-                               " (renewed too late); the search here carries on");
     }
+    ship_state(key);
   }
   return Status::ok();
 }
@@ -361,8 +376,34 @@ Status Coordinator::watch(const std::string& key, const Config& c, Clock::time_p
                              std::to_string(c.job_lease_s) + " s); searching it here");
   }
   g.unlock();
+  if (claim.present) adopt_state(key, claim.owner);
   local_(job);
   return Status::ok();
+}
+
+// With each renewal the search state goes to the store, so that a node taking the key over
+// resumes from it instead of starting afresh. Best effort: a failure only costs that head start.
+// Called without mu_ held.
+void Coordinator::ship_state(const std::string& key) {
+  const std::string st = local_search_state(key);
+  if (st.empty()) return;
+  (void)call([&](JobStore& s) { return s.set(state_key(key), st); });
+}
+
+// A taken-over key's last shipped search state becomes this cache's, unless it has one. Safe to
+// take from a peer: the state names candidates by family and knobs, which are rendered again
+// here, and whatever is promoted from it still passes the full gauntlet here.
+void Coordinator::adopt_state(const std::string& key, const std::string& from) {
+  auto st = call([&](JobStore& s) { return s.get(state_key(key)); });
+  if (!st || st.value().empty() || !local_search_state(key).empty()) return;
+  auto local = Store::open(State::get().table().dir(), Store::Mode::kWriter, 10000);
+  if (!local || !local.value()->put(search_state_key(key), st.value())) {
+    log(LogLevel::kInfo, "kernelcraft: could not keep the search state of " + key + " from " + from +
+                             "; searching it from the start");
+    return;
+  }
+  ++resumed_;
+  log(LogLevel::kInfo, "kernelcraft: " + key + " resumes from the search state " + from + " shipped");
 }
 
 // Reads records published since the last round and imports those of this process's targets.
@@ -500,7 +541,7 @@ json Coordinator::status() {
   return {{"state", names[static_cast<int>(phase_)]}, {"store", addr_.port ? json(addr_.to_string()) : json(nullptr)},
           {"owner", me_}, {"error", error_}, {"claimed", claimed_}, {"taken_over", taken_over_},
           {"published", published_}, {"imported", imported_}, {"refused", refused_},
-          {"waiting", inbox_.size() + waiting_.size()}, {"owned", owned_.size()}};
+          {"resumed", resumed_.load()}, {"waiting", inbox_.size() + waiting_.size()}, {"owned", owned_.size()}};
 }
 
 }  // namespace

@@ -123,6 +123,7 @@ void KeyBuilder::list(const char* name, const int64_t* v, size_t n) {
 std::string key_op(const std::string& key) { return field(key, 2); }
 
 std::string key_target(const std::string& key) { return field(key, 1); }
+std::string search_state_key(const std::string& key) { return "search|" + key; }
 
 Result<TargetInfo> parse_target(const std::string& target) {
   if (target.rfind("cpu-", 0) == 0 && target.size() > 4) return TargetInfo{BackendKind::kCpu, 0};

@@ -50,6 +50,9 @@ class KeyBuilder {
 std::string key_op(const std::string& key);
 // The target field of a key, or "".
 std::string key_target(const std::string& key);
+// The cache entry of a key's search state ("search|<key>"): the worker's resumable history of the
+// search, which a job's coordinator also hands to the node that takes a key over.
+std::string search_state_key(const std::string& key);
 
 // What a target field names: "cpu-<isa>+<compiler>..." or "cuda-sm_<XX>+...". The one parser of
 // targets; anything else is kInvalid (never read as some default backend).

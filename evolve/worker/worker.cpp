@@ -31,7 +31,6 @@
 
 namespace kc::evolve {
 
-std::string search_state_key(const std::string& key) { return "search|" + key; }
 
 nlohmann::json to_json(const EvolveOptions& o) {
   return {{"search", to_json(o.search)}, {"candidate_timeout_s", o.candidate_timeout_s},

@@ -11,6 +11,7 @@
 
 #include "evolve/propose/llm.h"
 #include "evolve/search/search.h"
+#include "kernel_cache/key.h"
 #include "kernel_cache/record.h"
 #include "runtime/status.h"
 #include "runtime/worker_client.h"
@@ -94,7 +95,5 @@ Result<EvolveOptions> check_job_file(const EvolveOptions& base, const std::strin
 // without jobs. Returns the process exit code.
 int run_worker(const EvolveOptions& o, double idle_exit_s);
 
-// Store keys of a key's search state ("search|<key>").
-std::string search_state_key(const std::string& key);
 
 }  // namespace kc::evolve

@@ -83,6 +83,13 @@ def has_search_state(cache, key):
     return r.returncode == 0
 
 
+def search_state(cache, key):
+    r = subprocess.run([CLI, "--cache-dir", str(cache), "--json", "search-state", key], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 def show(cache, key):
     r = subprocess.run([CLI, "--cache-dir", str(cache), "--json", "cache", "show", key], capture_output=True,
                        text=True, timeout=60)
@@ -162,6 +169,12 @@ NODE_PROGRAM = """
     torch.relu(torch.randn(256, 129))
     if os.environ["KC_TEST_ROLE"] == "owner":
         until(lambda: job()["owned"] == 1 and json.loads(kc.evolution_status())["worker_alive"])
+        if os.environ.get("KC_TEST_WAIT_STATE"):   # a generation persisted, then two renewals ship it
+            import subprocess
+            cmd = [os.environ["KERNELCRAFT_WORKER"], "--cache-dir", os.environ["KERNELCRAFT_CACHE_DIR"], "--json",
+                   "search-state", kc.missed_keys()[0]]
+            until(lambda: subprocess.run(cmd, capture_output=True).returncode == 0, timeout=90)
+            time.sleep(2)
         print("claimed", flush=True)
         time.sleep(600)
     until(lambda: job()["state"] == "on")
@@ -179,9 +192,9 @@ def test_a_node_killed_mid_search_loses_its_key_to_another(tmp_path):
     store = host_store(port)
     try:
         env = job_env(base, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, KERNELCRAFT_JOB_LEASE_S=3,
-                      KERNELCRAFT_EVOLVE_GENERATIONS=3)
+                      KERNELCRAFT_EVOLVE_GENERATIONS=4)
         prog = script(tmp_path, NODE_PROGRAM)
-        a = rank(prog, dict(env, KC_TEST_ROLE="owner"), 0)
+        a = rank(prog, dict(env, KC_TEST_ROLE="owner", KC_TEST_WAIT_STATE="1"), 0)
         assert a.stdout.readline().strip() == "claimed"
         b = rank(prog, dict(env, KC_TEST_ROLE="waiter"), 1)
         assert b.stdout.readline().strip() == "waiting"
@@ -200,6 +213,12 @@ def test_a_node_killed_mid_search_loses_its_key_to_another(tmp_path):
         assert out["job"]["taken_over"] == 1 and out["job"]["claimed"] == 1, out
         key = out["keys"][0]
         assert records(base / "rank1")[key]["state"] in ("served", "eager_best")
+        # The survivor resumed from the search state the dead node shipped with its renewals:
+        # every candidate the dead node had evaluated is in the survivor's history.
+        assert out["job"]["resumed"] == 1, out
+        dead = {t["id"] for t in search_state(base / "rank0", key)["tried"]}
+        alive = {t["id"] for t in search_state(base / "rank1", key)["tried"]}
+        assert dead and dead <= alive, (dead, alive)
         assert time.time() - t0 < 90
         wait_for_worker_exit(base / "rank1")
     finally:

@@ -198,7 +198,7 @@ int run_search_state_cmd(const Args& args) {
   if (!path_exists(args.cache_dir + "/CURRENT")) return fail("no cache at " + args.cache_dir);
   auto st = Store::open(args.cache_dir, Store::Mode::kReadOnly);
   if (!st) return fail(st.status().to_string());
-  auto v = st.value()->get(evolve::search_state_key(args.words[1]));
+  auto v = st.value()->get(search_state_key(args.words[1]));
   if (!v) return fail("no search recorded for that key");
   auto j = nlohmann::json::parse(v.value(), nullptr, false);
   if (j.is_discarded()) return fail("the search state does not parse");

@@ -306,7 +306,7 @@ Result<Report> collect_report(Store& store, const std::string& cache_dir) {
     return true;
   }, &rep.damaged_regions);
   if (!s) return s;
-  const std::string prefix = evolve::search_state_key("");
+  const std::string prefix = search_state_key("");
   s = store.scan(prefix, [&](const std::string& skey, const std::string& value) {
     auto st = evolve::parse_search_state(value);
     if (!st) return true;   // a damaged state only costs the curve; the worker says so when it resumes
