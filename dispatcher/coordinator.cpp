@@ -95,6 +95,7 @@ struct Published {
 
 class Coordinator {
  public:
+  void stop(double wait_s);
   static Coordinator& get() {
     static constinit PerFork<Coordinator> c;   // never destroyed: its thread may run until exit
     return c.get();
@@ -155,7 +156,9 @@ class Coordinator {
   std::atomic<int64_t> call_since_{0};         // steady ticks of the store call in flight; 0: none
   int timeout_ms_ = 3000;
   uint64_t claimed_ = 0, taken_over_ = 0, published_ = 0, imported_ = 0, refused_ = 0;
-  std::atomic<uint64_t> resumed_{0};   // taken-over keys that resumed from a shipped search state
+  std::atomic<uint64_t> resumed_{0};
+  std::atomic<bool> stopping_{false};   // process exit: no more rounds, leave the current one
+  std::timed_mutex busy_;               // held by the thread for each round   // taken-over keys that resumed from a shipped search state
 
   // The coordinator thread's own.
   std::unique_ptr<JobStore> store_;
@@ -206,12 +209,27 @@ void Coordinator::run() {
   log(LogLevel::kInfo, "kernelcraft: coordinating searches through the job store at " + addr_.to_string() + " as " + me_);
   for (;;) {
     const Config c = State::get().config();
-    Status st = round(c);
-    if (!st) return give_up(st.message());
+    {
+      std::unique_lock<std::timed_mutex> b(busy_);   // blocks for good once stop() holds it
+      if (stopping_.load()) return;
+      Status st = round(c);
+      if (!st) return give_up(st.message());
+    }
     std::unique_lock<std::mutex> g(mu_);
     if (phase_ == Phase::kOff) return;   // check_stuck gave up while a call hung
-    cv_.wait_for(g, std::chrono::milliseconds(c.job_poll_ms), [&] { return !inbox_.empty(); });
+    cv_.wait_for(g, std::chrono::milliseconds(c.job_poll_ms), [&] { return !inbox_.empty() || stopping_.load(); });
   }
+}
+
+void Coordinator::stop(double wait_s) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stopping_.store(true);
+    cv_.notify_all();
+  }
+  // Kept locked once taken: the thread then never starts another round before the process ends.
+  if (!busy_.try_lock_for(std::chrono::duration<double>(wait_s)))
+    log(LogLevel::kInfo, "kernelcraft: exiting while the job coordinator is still inside a store call");
 }
 
 Status Coordinator::round(const Config& c) {
@@ -238,6 +256,7 @@ Status Coordinator::tend_owned(const Config& c) {
   }
   const std::string dir = State::get().table().dir();
   for (const std::string& key : keys) {
+    if (stopping_.load()) return Status::ok();
     Owned o;
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -264,6 +283,7 @@ Status Coordinator::renew_due(const Config& c) {
       if (!o.lost && Clock::now() - o.renewed >= renew_every) due.emplace_back(k, o);
   }
   for (const auto& [key, o] : due) {
+    if (stopping_.load()) return Status::ok();
     const std::string next = claim_value(key, o.beat + 1, "search");
     auto now = call([&](JobStore& s) { return s.compare_set(claim_key(key), o.claim, next); });
     if (!now) return now.status();
@@ -325,7 +345,10 @@ Status Coordinator::tend_waiting(const Config& c) {
     std::lock_guard<std::mutex> g(mu_);
     for (const auto& [k, w] : waiting_) keys.push_back(k);
   }
-  for (const std::string& key : keys) KC_RETURN_IF_ERROR(watch(key, c, Clock::now()));
+  for (const std::string& key : keys) {
+    if (stopping_.load()) return Status::ok();
+    KC_RETURN_IF_ERROR(watch(key, c, Clock::now()));
+  }
   return Status::ok();
 }
 
@@ -358,6 +381,8 @@ Status Coordinator::watch(const std::string& key, const Config& c, Clock::time_p
   const std::string mine = claim_value(key, 0, "search");
   auto won = call([&](JobStore& s) { return s.compare_set(claim_key(key), value, mine); });
   if (!won) return won.status();
+  // Before the key leaves waiting_: until it is a local job, wait_for_evolution must still see it.
+  if (won.value() == mine && claim.present) adopt_state(key, claim.owner);
   g.lock();
   it = waiting_.find(key);
   if (it == waiting_.end() || phase_ == Phase::kOff) return Status::ok();
@@ -376,7 +401,6 @@ Status Coordinator::watch(const std::string& key, const Config& c, Clock::time_p
                              std::to_string(c.job_lease_s) + " s); searching it here");
   }
   g.unlock();
-  if (claim.present) adopt_state(key, claim.owner);
   local_(job);
   return Status::ok();
 }
@@ -422,6 +446,7 @@ Status Coordinator::read_records(const Config& c) {
         later.push_back(std::move(p));
         continue;
       }
+      if (stopping_.load()) return Status::ok();
       import(p);
       KC_RETURN_IF_ERROR(renew_due(c));
     }
@@ -449,6 +474,7 @@ Status Coordinator::read_records(const Config& c) {
       std::lock_guard<std::mutex> g(mu_);
       known = targets_.count(key_target(p.key)) > 0;
     }
+    if (stopping_.load()) return Status::ok();
     if (known) {
       import(p);
       KC_RETURN_IF_ERROR(renew_due(c));
@@ -555,5 +581,7 @@ int coordinated_waiting() { return Coordinator::get().waiting(); }
 void check_job_store() { Coordinator::get().check_stuck(); }
 
 json coordination_status() { return Coordinator::get().status(); }
+
+void stop_coordination(double wait_s) { Coordinator::get().stop(wait_s); }
 
 }  // namespace kc::dispatch

@@ -44,7 +44,13 @@ int coordinated_waiting();
 void check_job_store();
 
 // {"state": "none" | "connecting" | "on" | "off", "store", "owner", "error", "claimed",
-//  "taken_over", "published", "imported", "refused", "waiting", "owned"}
+//  "taken_over", "published", "imported", "refused", "resumed", "waiting", "owned"}
 nlohmann::json coordination_status();
+
+// Process exit (the library's atexit hook): the coordinator's thread starts no further round and
+// leaves the one in flight at its next store or cache call; waits at most `wait_s` for that, so
+// that no thread of ours is inside RocksDB while its statics are destroyed (a renewal opening
+// the cache at exit crashed a process with SIGSEGV).
+void stop_coordination(double wait_s);
 
 }  // namespace kc::dispatch

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 
+#include "dispatcher/coordinator.h"
 #include "dispatcher/evolution.h"
 #include "dispatcher/shadow.h"
 #include "dispatcher/state.h"
@@ -170,6 +171,7 @@ struct Init {
       // every other process from serving a kernel this one caught.
       std::atexit([] {
         dispatch::flush_disables(5.0);
+        dispatch::stop_coordination(1.0);
         State::get().shut_down();
       });
     } catch (const std::exception& e) {

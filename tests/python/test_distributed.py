@@ -192,7 +192,7 @@ def test_a_node_killed_mid_search_loses_its_key_to_another(tmp_path):
     store = host_store(port)
     try:
         env = job_env(base, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, KERNELCRAFT_JOB_LEASE_S=3,
-                      KERNELCRAFT_EVOLVE_GENERATIONS=4)
+                      KERNELCRAFT_EVOLVE_GENERATIONS=6)
         prog = script(tmp_path, NODE_PROGRAM)
         a = rank(prog, dict(env, KC_TEST_ROLE="owner", KC_TEST_WAIT_STATE="1"), 0)
         assert a.stdout.readline().strip() == "claimed"
