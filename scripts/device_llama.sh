@@ -5,14 +5,7 @@
 #   OUT=... [BUILD_TARGETS=...] [TPL_FILTER='Gpu.RmsNorm*'] [PY_TESTS=tests/python/test_rms_norm_cuda.py]
 #   [PHASES=record,evolve,serve,eager,compile] [STEPS=30] [EVOLVE_ARGS=...] [SKIP_TPL=1] [SKIP_PY=1] scripts/device_llama.sh
 set -uo pipefail
-export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-export PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
-B=build-gpu; CLI=$PWD/$B/torch_ops/kernelcraft; LIB=$PWD/$B/torch_ops/libkernelcraft.so
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c 'import torch; print(torch.__version__, torch.version.cuda)'; g++ --version | head -1; } > $OUT/env.txt 2>&1
-t0=$(date +%s)
-timeout 300 bash -c "cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH=$PWD/.device-deps/usr -DPython3_EXECUTABLE=$(command -v python3) > $OUT/build.log 2>&1 && cmake --build $B -j 16 --target ${BUILD_TARGETS:-kernelcraft_lib kernelcraft kc_template_gpu_tests} >> $OUT/build.log 2>&1" \
-  || { echo "BUILD FAILED"; grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"; cat $OUT/env.txt
+source "$(dirname "$0")/device_common.sh" "kernelcraft_lib kernelcraft kc_template_gpu_tests"
 if [ -z "${SKIP_TPL:-}" ]; then
   t=$(date +%s)
   timeout ${TPL_S:-150} $B/tests/kc_template_gpu_tests --gtest_filter="${TPL_FILTER:-Gpu.RmsNorm*}" > $OUT/template_gpu.txt 2>&1
