@@ -81,7 +81,7 @@ CASES = [
     # Losses: nll over Llama-3's vocabulary for 4096 tokens (its log-probabilities as input), and
     # elementwise losses over 64 MiB of fp32, mean-reduced (eager: a map, then a reduction)
     Case(LLAMA, "nll_loss", (4096, 128256), (1,), dtypes=("bfloat16",)),
-    *[Case(KB, a, (16, 1024, 1024)) for a in ("mse_loss", "smooth_l1_loss", "binary_cross_entropy")],
+    *[Case(KB, a, (16, 1024, 1024)) for a in ("mse_loss", "smooth_l1_loss", "binary_cross_entropy", "bce_with_logits")],
 ]
 
 # build(shape, dtype, device, **args) -> (fn, inputs): fn(*inputs) is the call.
@@ -135,12 +135,15 @@ def _nll_loss(shape, dtype, device):
     return F.nll_loss, [_randn(shape, dtype, device), torch.randint(classes, (n,), device=device)]
 
 
-def _pair_loss(f, probs=False):
-    """A loss of self and a target of the case's shape (probs: both in (0, 1), for bce)."""
+def _pair_loss(f, probs=False, logits=False):
+    """A loss of self and a target of the case's shape (probs: both in (0, 1), for bce; logits:
+    self any value and the target in (0, 1), for bce with logits)."""
     def build(shape, dtype, device, **args):
         x, t = _randn(shape, dtype, device), _randn(shape, dtype, device)
         if probs:
             x, t = torch.sigmoid(x), torch.sigmoid(t)
+        if logits:
+            t = torch.sigmoid(t)
         return (lambda a, b: f(a, b, **args)), [x, t]
     return Op(build, (0,))
 
@@ -177,4 +180,5 @@ OPS = {
     "min": Op(_one(lambda x, dim: torch.min(x, dim)).build, ()), "prod": _one(torch.prod),
     "nll_loss": Op(_nll_loss, (0,)), "mse_loss": _pair_loss(F.mse_loss), "smooth_l1_loss": _pair_loss(F.smooth_l1_loss),
     "binary_cross_entropy": _pair_loss(F.binary_cross_entropy, probs=True),
+    "bce_with_logits": _pair_loss(F.binary_cross_entropy_with_logits, logits=True),
 }

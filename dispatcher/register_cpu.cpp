@@ -1,6 +1,8 @@
 // Interception kernels at the CPU dispatch key, falling back to at::cpu::<op>.
 #include <ATen/ATen.h>
 #include <ATen/CPUFunctions.h>
+#include <ATen/ops/binary_cross_entropy_with_logits_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/logsumexp_compositeexplicitautograd_dispatch.h>
 #include <torch/library.h>
 
 #include "dispatcher/call.h"

@@ -1,6 +1,8 @@
 // Interception kernels at the CUDA dispatch key, falling back to at::cuda::<op>, on PyTorch's current stream.
 #include <ATen/ATen.h>
 #include <ATen/CUDAFunctions.h>
+#include <ATen/ops/binary_cross_entropy_with_logits_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/logsumexp_compositeexplicitautograd_dispatch.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 

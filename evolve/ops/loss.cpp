@@ -4,6 +4,10 @@
 //     the lead sizes (bce: an optional weight of the same sizes, {"weight": true}); ATen
 //     broadcasts them, and so do the outputs here: reduction none gives the broadcast shape in
 //     the promoted dtype, mean and sum a 0-dim tensor.
+//   binary_cross_entropy_with_logits: self (logits) and target of the lead sizes, then weight and
+//     pos_weight, each absent (default), self's sizes (true), self's last dim ("last", pos_weight's
+//     usual [C]) or the sizes given ({"pos_weight": [1, 7]}); the result has target's sizes and
+//     dtype, and what eager cannot broadcast into them in place is refused (logits_result).
 //   nll_loss_forward: self [N, C] or [C], int64 target [N] or [], optional weight [C]
 //     ({"weight": true}), ignore_index; nll_loss2d_forward: self [N, C, H, W], target [N, H, W].
 //     Outputs (output, total_weight): output [N] (resp. [N, H, W]) for reduction none on a
@@ -23,9 +27,35 @@ namespace {
 Status invalid(const std::string& m) { return Status::error(Code::kInvalid, m); }
 bool nll(OpId op) { return op == OpId::kNllLoss || op == OpId::kNllLoss2d; }
 
+// bce with logits' weight or pos_weight from its JSON argument (the header says which forms).
+Result<TensorMeta> logits_param(const char* name, const nlohmann::json& a, const std::vector<int64_t>& sizes, DType dt) {
+  if (a.is_null() || (a.is_boolean() && !a.get<bool>())) return absent_meta(name);
+  if (a.is_boolean()) return dense_meta(name, sizes, dt);
+  if (a.is_string() && a.get<std::string>() == "last" && !sizes.empty()) return dense_meta(name, {sizes.back()}, dt);
+  if (!a.is_array()) return invalid(std::string(name) + " takes true, \"last\" or a list of sizes");
+  std::vector<int64_t> s;
+  for (const auto& v : a) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) return invalid(std::string(name) + ": sizes must be integers >= 0");
+    s.push_back(v.get<int64_t>());
+  }
+  return dense_meta(name, s, dt);
+}
+
+Status make_bce_logits(const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
+  c.inputs = {dense_meta("self", sizes, dt), dense_meta("target", sizes, dt)};
+  for (const char* name : {"weight", "pos_weight"}) {
+    auto m = logits_param(name, args.contains(name) ? args[name] : nlohmann::json(), sizes, dt);
+    if (!m.is_ok()) return m.status();
+    c.inputs.push_back(m.value());
+  }
+  c.scalars = {{"reduction", args.value("reduction", int64_t{1})}};
+  return Status::ok();
+}
+
 bool floating(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16 || d == DType::kBF16; }
 
 Status make_loss(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
+  if (op == OpId::kBceWithLogits) return make_bce_logits(sizes, dt, args, c);
   const bool weighted = args.value("weight", false);
   const int64_t reduction = args.value("reduction", int64_t{1});
   if (!nll(op)) {
@@ -58,14 +88,45 @@ DType promote(DType a, DType b) {
   return DType::kF32;   // f32 with anything, or f16 with bf16
 }
 
-Result<std::vector<int64_t>> broadcast(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+Result<std::vector<int64_t>> broadcast(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                                       const char* what = "self and target") {
   std::vector<int64_t> out(std::max(a.size(), b.size()), 1);
   for (size_t i = 0; i < out.size(); ++i) {
     const int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (x != y && x != 1 && y != 1) return invalid("loss: self and target do not broadcast");
+    if (x != y && x != 1 && y != 1) return invalid(std::string("loss: ") + what + " do not broadcast");
     out[out.size() - 1 - i] = x == 1 ? y : x;
   }
   return out;
+}
+
+// bce with logits as eager forms it, in place (ATen's Loss.cpp): (1 - target) is the result, so
+// it has target's sizes and dtype; self, weight and the broadcast of pos_weight and target must
+// broadcast into it, the latter into self's sizes too (log_sigmoid(self) *= it). Anything that
+// would grow a tensor in place is an error in eager, so kInvalid here.
+Result<TensorMeta> logits_result(const OpCall& c) {
+  const TensorMeta &x = *c.input("self"), &t = *c.input("target");
+  auto into = [](const std::vector<int64_t>& a, const std::vector<int64_t>& dst) {
+    auto b = broadcast(a, dst, "bce with logits' tensors");
+    return b.is_ok() && b.value() == dst;
+  };
+  if (!into(x.sizes, t.sizes)) return invalid("bce with logits: self does not broadcast into target's sizes");
+  const TensorMeta *w = c.input("weight"), *pw = c.input("pos_weight");
+  if (w && w->defined && !into(w->sizes, t.sizes)) return invalid("bce with logits: weight does not broadcast into target's sizes");
+  if (pw && pw->defined) {
+    auto lw = broadcast(pw->sizes, t.sizes, "pos_weight and target");
+    if (!lw.is_ok() || !into(lw.value(), x.sizes)) return invalid("bce with logits: pos_weight does not broadcast into self's sizes");
+  }
+  return dense_meta("out0", t.sizes, t.dtype);
+}
+
+// The shape and dtype of every elementwise loss's result: self and target broadcast, their
+// dtypes promoted (bce with logits: logits_result).
+Result<TensorMeta> elementwise_result(const OpCall& c) {
+  if (c.op == OpId::kBceWithLogits) return logits_result(c);
+  const TensorMeta &x = *c.input("self"), &t = *c.input("target");
+  auto shape = broadcast(x.sizes, t.sizes);
+  if (!shape.is_ok()) return shape.status();
+  return dense_meta("out0", shape.value(), promote(x.dtype, t.dtype));
 }
 
 Result<std::vector<TensorMeta>> loss_outputs(const OpCall& c) {
@@ -77,10 +138,9 @@ Result<std::vector<TensorMeta>> loss_outputs(const OpCall& c) {
     if (g->elementwise()) osz = t.sizes;
     return std::vector<TensorMeta>{dense_meta("out0", osz, x.dtype), dense_meta("out1", {}, x.dtype)};
   }
-  auto shape = broadcast(x.sizes, t.sizes);
-  if (!shape.is_ok()) return shape.status();
-  return std::vector<TensorMeta>{dense_meta("out0", g->elementwise() ? shape.value() : std::vector<int64_t>{},
-                                            promote(x.dtype, t.dtype))};
+  auto r = elementwise_result(c);
+  if (!r.is_ok()) return r.status();
+  return std::vector<TensorMeta>{dense_meta("out0", g->elementwise() ? r->sizes : std::vector<int64_t>{}, r->dtype)};
 }
 
 // The backward ops: grad_output (the forward output's shape: elementwise for reduction none, else
@@ -111,6 +171,20 @@ int64_t numel_of(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (int64_t v : s) n *= v;
   return n;
+}
+
+// bce with logits' parameter `name` against self's sizes (loss.h LossGeom::w_mod): its numel where
+// it is a suffix broadcast of no higher rank than self, 0 where absent, -1 otherwise.
+int64_t suffix_mod(const OpCall& c, const char* name, const std::vector<int64_t>& self) {
+  const TensorMeta* p = c.input(name);
+  if (!p || !p->defined) return 0;
+  if (p->sizes.size() > self.size()) return -1;
+  size_t lead = 0;
+  while (lead < p->sizes.size() && p->sizes[lead] == 1) ++lead;
+  const size_t tail = p->sizes.size() - lead;
+  for (size_t i = 0; i < tail; ++i)
+    if (p->sizes[lead + i] != self[self.size() - tail + i]) return -1;
+  return std::max<int64_t>(p->numel(), 1);
 }
 
 // nll's checks (ATen's nll_loss_forward / nll_loss2d_forward meta checks): target sizes, its
@@ -156,6 +230,7 @@ LossKind loss_kind(OpId op) {
     case OpId::kSmoothL1Loss: return LossKind::kSmoothL1;
     case OpId::kHuberLoss: return LossKind::kHuber;
     case OpId::kBinaryCrossEntropy: return LossKind::kBce;
+    case OpId::kBceWithLogits: return LossKind::kBceLogits;
     case OpId::kNllLoss:
     case OpId::kNllLoss2d: return LossKind::kNll;
     default: return LossKind::kMse;
@@ -174,11 +249,17 @@ Result<LossGeom> loss_geometry(const OpCall& c) {
     if (Status st = nll_geometry(c, g); !st) return st;
     return g;
   }
-  auto shape = broadcast(x->sizes, t->sizes);
-  if (!shape.is_ok()) return shape.status();
-  g.terms = numel_of(shape.value());
+  auto res = elementwise_result(c);
+  if (!res.is_ok()) return res.status();
+  g.terms = numel_of(res->sizes);
   const TensorMeta* w = c.input("weight");
   g.weighted = w && w->defined;
+  if (g.kind == LossKind::kBceLogits) {
+    const TensorMeta* pw = c.input("pos_weight");
+    g.pos_weighted = pw && pw->defined;
+    g.w_mod = suffix_mod(c, "weight", x->sizes);
+    g.pw_mod = suffix_mod(c, "pos_weight", x->sizes);
+  }
   if (g.kind == LossKind::kSmoothL1) g.param = c.double_arg("beta", 1.0);
   if (g.kind == LossKind::kHuber) g.param = c.double_arg("delta", 1.0);
   return g;

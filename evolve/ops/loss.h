@@ -1,5 +1,5 @@
-// Losses (mse_loss, smooth_l1_loss, huber_loss, binary_cross_entropy, nll_loss_forward,
-// nll_loss2d_forward) and their backward ops, torch-free geometry shared by the schema (loss.cpp), the references and the
+// Losses (mse_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
+// binary_cross_entropy_with_logits, nll_loss_forward, nll_loss2d_forward) and their backward ops, torch-free geometry shared by the schema (loss.cpp), the references and the
 // templates: what one term of the loss is, how many terms there are and how they reduce.
 #pragma once
 #include <cstdint>
@@ -11,8 +11,9 @@ namespace kc::evolve {
 // ATen's at::Reduction values: the `reduction` argument of every loss.
 enum class LossReduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
-// The kind of term: elementwise f(self, target) (regression and bce) or a class-index gather (nll).
-enum class LossKind { kMse, kSmoothL1, kHuber, kBce, kNll };
+// The kind of term: elementwise f(self, target) (regression, bce and bce with logits) or a
+// class-index gather (nll). The values are rendered into template sources: append, never reorder.
+enum class LossKind { kMse, kSmoothL1, kHuber, kBce, kNll, kBceLogits };
 
 struct LossGeom {
   LossKind kind = LossKind::kMse;
@@ -23,6 +24,12 @@ struct LossGeom {
   int64_t classes = 1, spatial = 1;
   bool one_d = false;         // 1d nll: a scalar output even without reduction
   bool weighted = false;      // a weight tensor is present
+  bool pos_weighted = false;  // bce with logits: a pos_weight tensor is present
+  // bce with logits: weight and pos_weight broadcast against self. Where one is a suffix
+  // broadcast (its sizes, leading 1s dropped, are self's trailing sizes: [C] or [1, C] against
+  // [N, C], or self's own sizes), term i reads its element i % w_mod (resp. pw_mod), its numel;
+  // 0 where absent, -1 for any other broadcast (kept eager's by the templates).
+  int64_t w_mod = 0, pw_mod = 0;
   int64_t ignore_index = -100;
   double param = 1.0;         // smooth_l1's beta, huber's delta
   // The output is elementwise (one value per term) rather than one reduced scalar.

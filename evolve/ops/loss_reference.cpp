@@ -22,6 +22,8 @@ std::vector<at::Tensor> loss_eager(const OpCall& c, const std::vector<at::Tensor
     case OpId::kSmoothL1Loss: return {at::smooth_l1_loss(in[0], in[1], r, c.double_arg("beta", 1.0))};
     case OpId::kHuberLoss: return {at::huber_loss(in[0], in[1], r, c.double_arg("delta", 1.0))};
     case OpId::kBinaryCrossEntropy: return {at::binary_cross_entropy(in[0], in[1], opt(in[2]), r)};
+    case OpId::kBceWithLogits:
+      return {at::binary_cross_entropy_with_logits(in[0], in[1], opt(in[2]), opt(in[3]), r)};
     case OpId::kNllLoss: {
       auto o = at::nll_loss_forward(in[0], in[1], opt(in[2]), r, ign);
       return {std::get<0>(o), std::get<1>(o)};
@@ -36,12 +38,17 @@ std::vector<at::Tensor> loss_eager(const OpCall& c, const std::vector<at::Tensor
 // The drawn values made ones the loss accepts, in place (metadata kept):
 //   bce: self in (0, 1) (sigmoid; large inputs reach 0 and 1 exactly, eager's -100 log clamp),
 //        target in [0, 1], every other element a hard 0/1 label;
+//   bce with logits: self the drawn logits (the large and extreme kinds saturate the sigmoid
+//        both ways), target as bce's, pos_weight non-negative (a ratio of positives; weight
+//        keeps its sign, as bce's);
 //   nll: targets are the drawn integers mod C, and about one in eight is ignore_index (int64
 //        targets); class weights non-negative, as class weights are (a total weight near zero
 //        from signed weights would make the mean's test only a test of cancellation).
 void loss_derive(const OpCall& c, std::vector<at::Tensor>& in, at::Device) {
-  if (loss_kind(c.op) == LossKind::kBce) {
-    in[0].copy_(in[0].to(at::kFloat).sigmoid());
+  const LossKind kind = loss_kind(c.op);
+  if (kind == LossKind::kBce || kind == LossKind::kBceLogits) {
+    if (kind == LossKind::kBce) in[0].copy_(in[0].to(at::kFloat).sigmoid());
+    else if (in[3].defined()) in[3].abs_();
     at::Tensor t = in[1].to(at::kFloat).contiguous().sigmoid_();
     at::Tensor flat = t.view(-1);
     flat.slice(0, 0, flat.numel(), 2).round_();
@@ -68,7 +75,35 @@ struct Terms {
   at::Tensor value, h, weight;
 };
 
+// bce with logits, v = w ((1 - t) x + lw sp) with sp = -log_sigmoid(x) = max(-x, 0) +
+// log1p(exp(-|x|)) >= 0 and lw = 1 + (p - 1) t (1 without pos_weight), formed as eager forms it
+// from exact inputs. Its rounding errors, in units of u, to first order:
+//   (1 - t) x       |1 - t| |x| for 1 - t, as much again for the product;
+//   sp              <= 3 |sp|: exp(-|x|) and log1p are within about an ulp each, and log1p(e)
+//                   has condition e / ((1 + e) log1p(e)) <= 1 on e in (0, 1]; max(-x, 0) is
+//                   exact and both parts are >= 0, so their sum rounds relative to sp;
+//   lw              2 |p - 1| |t| (p - 1, then the product) + |lw| (the add of 1);
+//   lw sp           |sp| |delta lw| + |lw| |delta sp| + |lw sp| (the product);
+//   the difference and the weight: |v| each.
+// So h = |w| (2 |1 - t| |x| + |sp| (2 |p - 1| |t| + 5 |lw|)) + 2 |v|. It is large where the two
+// parts cancel (x << 0 with t near 0: v ~ exp(x) while both parts are ~ |x|), as eager's formula
+// is there; a kernel that forms the terms otherwise is held to the same budget.
+Terms logits_terms(const std::vector<at::Tensor>& in) {
+  const at::Tensor x = f64(in[0]), t = f64(in[1]);
+  at::Tensor sp = (-x).clamp_min_(0).add_(x.abs().neg_().exp_().log1p_());
+  at::Tensor lw = at::ones({}, x.options()), pm1 = at::zeros({}, x.options());
+  if (in[3].defined()) {
+    pm1 = f64(in[3]).sub_(1);
+    lw = (pm1 * t).add_(1);
+  }
+  at::Tensor w = in[2].defined() ? f64(in[2]) : at::ones({}, x.options());
+  at::Tensor v = ((1 - t) * x + lw * sp) * w;
+  at::Tensor h = ((1 - t).abs_() * x.abs() * 2 + sp * ((pm1.abs() * t.abs()).mul_(2) + lw.abs() * 5)) * w.abs();
+  return {v, h.add_(v.abs() * 2), at::Tensor()};
+}
+
 Terms elementwise_terms(const OpCall& c, const std::vector<at::Tensor>& in, const LossGeom& g) {
+  if (g.kind == LossKind::kBceLogits) return logits_terms(in);
   const at::Tensor x = f64(in[0]), t = f64(in[1]);
   if (g.kind == LossKind::kBce) {
     at::Tensor lx = x.log().clamp_min_(-100), l1 = (-x).log1p_().clamp_min_(-100);

@@ -1,5 +1,6 @@
 // CPU loss template (cpu.loss): mse_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
-// nll_loss_forward and nll_loss2d_forward, fp32, dense, int64 nll targets.
+// binary_cross_entropy_with_logits, nll_loss_forward and nll_loss2d_forward, fp32, dense, int64
+// nll targets; bce with logits' weight and pos_weight of self's sizes or a suffix of them ([C]).
 // Part of the CPU op-family templates (overview in templates_cpu.cpp).
 //
 // Reduction none: blocks of `elems` terms, each written once. Mean and sum: block b sums its
@@ -40,6 +41,26 @@ const char* kTermFn = R"K(static inline float kc_term(float x, float t, float w,
 }
 #define KC_TERM(i) kc_term(x[i], t[i], KC_HAS_W ? w[i] : 1.f, p)
 )K";
+
+// bce with logits in float, in eager's order (ATen's Loss.cpp and log_sigmoid): ls = min(x, 0) -
+// log1p(exp(-|x|)), times lw = (p - 1) t + 1 with pos_weight, v = (1 - t) x - ls, times weight.
+// An infinite logit gives eager's inf or NaN (0 * inf, inf - inf) and a NaN logit NaN. KC_WI and
+// KC_PI index the parameters (i, i % numel for a suffix broadcast; defined by the render).
+const char* kLogitsTermFn = R"K(static inline float kc_term(float x, float t, float w, float pw) {
+  float ls = (x < 0.f ? x : 0.f) - log1pf(expf(-fabsf(x)));
+  if (KC_HAS_P) ls *= (pw - 1.f) * t + 1.f;
+  const float v = (1.f - t) * x - ls;
+  return KC_HAS_W ? v * w : v;
+}
+#define KC_TERM(i) kc_term(x[i], t[i], KC_HAS_W ? w[KC_WI(i)] : 1.f, KC_HAS_P ? pw[KC_PI(i)] : 1.f)
+)K";
+
+// The index of term i's element in a parameter of `mod` elements (loss.h LossGeom::w_mod): a
+// constant modulus, so the compiler turns it into a multiply.
+std::string param_index(int64_t mod, int64_t terms) {
+  if (mod <= 1) return "0";
+  return mod >= terms ? "(i)" : "((i) % " + str(mod) + ")";
+}
 
 // nll: target i picks self[(row, class, s)], row = i / hw, s = i % hw; weight 0 where ignored.
 const char* kPickFn = R"K(static inline float kc_pick(const float* x, const int64_t* tg, const float* w, int64_t i,
@@ -129,13 +150,17 @@ class LossTemplate : public Template {
     if (!handles(c, g)) return unsupported("cpu.loss does not handle this call");
     Result<Knobs> k = settle(space(c), knobs);
     if (!k.is_ok()) return k.status();
-    const bool nll = g.kind == LossKind::kNll, map = g.elementwise();
+    const bool nll = g.kind == LossKind::kNll, map = g.elementwise(), logits = g.kind == LossKind::kBceLogits;
     const std::string opname = op_info(c.op).name;
-    std::string src = head(name(), opname + (g.weighted ? " weighted" : "") + (map ? " none" : " reduced"), k.value()) +
+    std::string src = head(name(), opname + (g.weighted ? " weighted" : "") + (g.pos_weighted ? " pos_weighted" : "") +
+                                       (map ? " none" : " reduced"), k.value()) +
                       "#define KC_KIND " + str(static_cast<int>(g.kind)) + "\n#define KC_HAS_W " +
                       (g.weighted ? "1" : "0") + "\n#define KC_MEAN " +
-                      (g.reduction == LossReduction::kMean ? "1" : "0") + "\n" +
-                      (map ? "" : accumulators(k->at("acc") != 0)) + (nll ? kPickFn : kTermFn);
+                      (g.reduction == LossReduction::kMean ? "1" : "0") + "\n";
+    if (logits)
+      src += std::string("#define KC_HAS_P ") + (g.pos_weighted ? "1" : "0") + "\n#define KC_WI(i) " +
+             param_index(g.w_mod, g.terms) + "\n#define KC_PI(i) " + param_index(g.pw_mod, g.terms) + "\n";
+    src += (map ? "" : accumulators(k->at("acc") != 0)) + (nll ? kPickFn : logits ? kLogitsTermFn : kTermFn);
     const int64_t per = k->at("elems");
     const std::string n = nll ? "numel(target)" : "numel(self)";
     const std::string grid = "ceil_div(" + n + ", " + str(per) + ")";
@@ -146,7 +171,10 @@ class LossTemplate : public Template {
       else a.ptr("const float*", "t", "target");
       if (g.weighted) a.ptr("const float*", "w", "weight");
       else a.nullptr_decl("const float*", "w");
+      if (logits && g.pos_weighted) a.ptr("const float*", "pw", "pos_weight");
+      else if (logits) a.nullptr_decl("const float*", "pw");
       a.i64("n", n);
+      if (logits) return;
       if (nll) {
         a.i64("C", str(g.classes));
         a.i64("hw", str(g.spatial));
@@ -195,10 +223,20 @@ class LossTemplate : public Template {
     const TensorMeta* w = c.inputs.size() > 2 && c.inputs[2].defined ? &c.inputs[2] : nullptr;
     if (w && w->dtype != DType::kF32) return false;
     if (g.kind == LossKind::kNll) return t.dtype == DType::kI64;
+    if (g.kind == LossKind::kBceLogits) return logits_params(c, g);
     if (t.dtype != DType::kF32 || t.sizes != x.sizes || (w && w->sizes != x.sizes)) return false;   // no broadcasting
     if (g.kind == LossKind::kSmoothL1) return g.param >= 0;   // eager refuses a negative beta
     if (g.kind == LossKind::kHuber) return g.param > 0;       // and a non-positive delta
     return true;
+  }
+
+  // bce with logits: self and target of one shape, weight and pos_weight absent or fp32, of
+  // self's sizes or a suffix broadcast of them (any other broadcast stays eager's).
+  static bool logits_params(const OpCall& c, const LossGeom& g) {
+    const TensorMeta &x = c.inputs[0], &t = c.inputs[1];
+    if (t.dtype != DType::kF32 || t.sizes != x.sizes || g.w_mod < 0 || g.pw_mod < 0) return false;
+    const TensorMeta* pw = c.input("pos_weight");
+    return !(pw && pw->defined && pw->dtype != DType::kF32);
   }
 };
 

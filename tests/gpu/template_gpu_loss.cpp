@@ -1,5 +1,5 @@
 // The loss families in the CUDA template tests: their inputs (bce probabilities with exact 0 and 1,
-// class targets with ignored entries, non-negative class weights) and fp64 references with
+// bce with logits' saturating logits and positive pos_weight, class targets with ignored entries, non-negative class weights) and fp64 references with
 // per-element scales (template_gpu_reference.h).
 #include <cmath>
 
@@ -17,12 +17,32 @@ Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
     if (t.name == "target" && g.kind == LossKind::kNll)
       v[i] = i % 5 == 3 ? static_cast<double>(g.ignore_index) : static_cast<double>(rng() % g.classes);
     else if (t.name == "weight") v[i] = std::fabs(nd(rng)) + 0.01;
+    else if (t.name == "pos_weight") v[i] = std::fabs(nd(rng)) + 0.1;
+    else if (g.kind == LossKind::kBceLogits) v[i] = t.name == "self" ? 3 * nd(rng) : i % 3 ? (rng() % 2) : ud(rng);
     else if (t.name == "grad_output") v[i] = nd(rng);
     else if (g.kind == LossKind::kBce) v[i] = t.name == "self" ? 1 / (1 + std::exp(-3 * nd(rng))) : i % 3 ? (rng() % 2) : ud(rng);
     else v[i] = 2 * nd(rng);
   }
   if (g.kind == LossKind::kBce && t.name == "self" && v.size() >= 4) v[1] = 0, v[2] = 1;   // log(0): the -100 clamp
+  // Saturating logits: exp(-|x|) near and below fp32's smallest normal, where a term's two parts
+  // cancel for t = 0 (x << 0); a half's range keeps them finite.
+  const double edge[] = {30, -30, 90, -90, 200, -200, 0};
+  if (g.kind == LossKind::kBceLogits && t.name == "self")
+    for (size_t i = 5; i < v.size(); i += 53) v[i] = edge[(i / 53) % 7];
   return v;
+}
+
+// Term i of bce with logits (parameters read at i % numel, a suffix broadcast): the value and the
+// gauntlet's h (evolve/ops/loss_reference.cpp logits_terms says why).
+void logits_term(const LossGeom& g, const std::map<std::string, Vec>& in, int64_t i, double& v, double& h) {
+  const double x = in.at("self")[i], t = in.at("target")[i];
+  const Vec* w = g.weighted ? &in.at("weight") : nullptr;
+  const Vec* p = g.pos_weighted ? &in.at("pos_weight") : nullptr;
+  const double wi = w ? (*w)[i % w->size()] : 1.0, pm1 = p ? (*p)[i % p->size()] - 1 : 0.0, lw = 1 + pm1 * t;
+  const double sp = std::max(-x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
+  v = ((1 - t) * x + lw * sp) * wi;
+  h = (2 * std::fabs(1 - t) * std::fabs(x) + sp * (2 * std::fabs(pm1 * t) + 5 * std::fabs(lw))) * std::fabs(wi) +
+      2 * std::fabs(v);
 }
 
 // Per term: the value, h = |f'(d) d| + |term| (bce: the logs' magnitudes; nll: |term|) and the
@@ -45,6 +65,8 @@ std::vector<Expect> loss(const OpCall& c, const std::map<std::string, Vec>& in) 
         v = -x[(row * g.classes + cl) * g.spatial + s] * wt;
         h = std::fabs(v);
       }
+    } else if (g.kind == LossKind::kBceLogits) {
+      logits_term(g, in, i, v, h);
     } else if (g.kind == LossKind::kBce) {
       const double lx = std::max(std::log(x[i]), -100.0), l1 = std::max(std::log1p(-x[i]), -100.0), ww = w ? (*w)[i] : 1;
       v = ((t[i] - 1) * l1 - t[i] * lx) * ww;

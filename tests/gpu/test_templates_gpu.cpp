@@ -498,6 +498,22 @@ TEST_F(Gpu, Loss) {
   run_all(*this, cs, 2e-5);
 }
 
+// bce with logits: every reduction, weight and pos_weight of self's sizes, along the last dim
+// ([C] with C % 8 == 0: vectors of the parameters; odd C: none), one weight for all, halves,
+// saturating logits (template_gpu_loss.cpp); the eager_gaps shape, bf16, fused mean over many blocks.
+TEST_F(Gpu, BceWithLogits) {
+  std::vector<Case> cs;
+  for (int64_t r : {0, 1, 2}) {
+    cs.push_back({OpId::kBceWithLogits, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}, {"pos_weight", true}}, 3});
+    cs.push_back({OpId::kBceWithLogits, {4096, 1000}, DType::kBF16, {{"reduction", r}, {"weight", "last"}, {"pos_weight", "last"}}, 3});
+    cs.push_back({OpId::kBceWithLogits, {513, 7}, DType::kF16, {{"reduction", r}, {"pos_weight", {1, 7}}, {"weight", json::array()}}, 2});
+    cs.push_back({OpId::kBceWithLogits, {37, 11}, DType::kF32, {{"reduction", r}}, 2, {{{"blocks", 1}}}});
+  }
+  cs.push_back({OpId::kBceWithLogits, {32768, 2048}, DType::kBF16, kNone, 2, {{{"blocks", 2112}, {"vec", 8}, {"unroll", 4}}}});
+  cs.push_back({OpId::kBceWithLogits, {32768, 2048}, DType::kF32, {{"pos_weight", "last"}}, 1});
+  run_all(*this, cs, 2e-5);
+}
+
 // Loss backward: every reduction, vector tails, weights, ignored targets, 1d nll, nll2d, halves.
 TEST_F(Gpu, LossBackward) {
   std::vector<Case> cs;

@@ -145,6 +145,24 @@ def test_losses_identical_to_eager(fresh_cache):
                "mse_loss_backward", "binary_cross_entropy_backward", "nll_loss_backward", "nll_loss2d_backward"])
 
 
+def test_bce_with_logits_identical_to_eager(fresh_cache):
+    """binary_cross_entropy_with_logits has no backend kernel (CompositeExplicitAutograd): caught at
+    the CPU key below autograd, whose own derivative still gives the gradient; a miss changes
+    nothing, in values or gradients."""
+    torch.manual_seed(0)
+    x = torch.randn(12, 7, requires_grad=True)
+    t = torch.sigmoid(torch.randn(12, 7))
+
+    def grad():
+        x.grad = None
+        out = F.binary_cross_entropy_with_logits(x, t, weight=t.abs(), pos_weight=torch.linspace(0.5, 2, 7))
+        out = out + F.binary_cross_entropy_with_logits(x, t, reduction="none").sum()
+        out.backward()
+        return out.detach(), x.grad.clone()
+
+    caught_and_eager(grad, ["bce_with_logits"])
+
+
 def test_batch_norm_training_backward_falls_back_bit_identically(fresh_cache):
     """F.batch_norm in training on the CPU: native_batch_norm_backward is intercepted (a miss) and,
     with nothing served, its gradients are eager's bit for bit."""

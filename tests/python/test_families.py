@@ -29,6 +29,10 @@ CASES = [
      "F.batch_norm(x, None, None, training=True)"),
     ("embedding_backward", "64x16", "f32", {"num_weights": 100},
      "torch.ops.aten.embedding_dense_backward(x, idx(64, 100), 100, -1, False)"),
+    # CompositeExplicitAutograd (caught at the CPU key), pos_weight [C] broadcast along the last
+    # dim and a weight of self's sizes
+    ("bce_with_logits", "64x16", "f32", {"weight": True, "pos_weight": "last"},
+     "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), weight=x.abs(), pos_weight=w(16))"),
 ]
 EPS = {"f32": 1.2e-7, "bf16": 7.8e-3, "f16": 9.8e-4}
 

@@ -30,6 +30,8 @@ CASES = [
      "F.avg_pool3d(x, 3, 2, 1)"),
     ("embedding_backward", "8192x768", "bf16", {"num_weights": 50257},
      "torch.ops.aten.embedding_dense_backward(x, idx(8192, 50257), 50257, -1, False)"),
+    ("bce_with_logits", "32768x2048", "bf16", {"pos_weight": "last"},
+     "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), pos_weight=w(2048))"),
 ]
 
 

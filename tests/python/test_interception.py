@@ -92,6 +92,13 @@ FORWARD = {
     "bce": lambda x: F.binary_cross_entropy(torch.sigmoid(x).nan_to_num(0.5), torch.sigmoid(-x).nan_to_num(0.5).round()),
     "bce_weight_sum": lambda x: F.binary_cross_entropy(torch.sigmoid(x).nan_to_num(0.5), torch.sigmoid(-x).nan_to_num(0.5),
                                                        weight=torch.cos(x).abs(), reduction="sum"),
+    # bce with logits: pos_weight along the last dim, a weight of self's sizes (its own
+    # CompositeExplicitAutograd function is the fallback: ops.def)
+    "bce_with_logits": lambda x: F.binary_cross_entropy_with_logits(
+        x, torch.sigmoid(-x).nan_to_num(0.5), pos_weight=torch.linspace(0.5, 2, x.shape[-1], dtype=x.dtype))
+    if x.dim() else F.binary_cross_entropy_with_logits(x, torch.sigmoid(x)),
+    "bce_with_logits_none": lambda x: F.binary_cross_entropy_with_logits(x, torch.sigmoid(2 * x), weight=torch.cos(x),
+                                                                         reduction="none"),
     "nll_loss": lambda x: F.nll_loss(x, loss_targets(x.shape[0], x.shape[1], -100)) if x.dim() == 2 and x.shape[0] else x,
     "nll_loss_weight": lambda x: F.nll_loss(x, loss_targets(x.shape[0], x.shape[1], 2), ignore_index=2, reduction="sum",
                                             weight=torch.linspace(0.5, 2, x.shape[1], dtype=x.dtype))

@@ -355,7 +355,9 @@ namespace kc::evolve {
 // Losses: every reduction at odd sizes and one long enough for several blocks; smooth_l1 with
 // beta 0 (l1) and 0.5, huber with delta 2; bce with and without weight (exact 0 and 1 inputs hit
 // the log clamp); nll with and without class weights, the default and a class as ignore_index,
-// 1d self, every target ignored (mean: 0 / 0 = nan), nll2d.
+// 1d self, every target ignored (mean: 0 / 0 = nan), nll2d; bce with logits without parameters,
+// with weight and pos_weight of self's sizes, along the last dim ([C], [1, C]), over the last two
+// dims and one weight for all (saturating logits: template_cpu_loss.cpp).
 std::vector<Case> loss_cases() {
   std::vector<Case> v;
   auto add = [&](OpId op, std::vector<int64_t> s, json a) {
@@ -375,6 +377,14 @@ std::vector<Case> loss_cases() {
     add(OpId::kNllLoss, {20001, 7}, {{"reduction", r}, {"weight", true}});
     add(OpId::kNllLoss, {7}, {{"reduction", r}, {"weight", true}});
     add(OpId::kNllLoss2d, {2, 5, 7, 9}, {{"reduction", r}, {"weight", r == 1}});
+    for (const auto& s : std::vector<std::vector<int64_t>>{{1}, {3, 37}, {300007}}) {
+      add(OpId::kBceWithLogits, s, {{"reduction", r}});
+      add(OpId::kBceWithLogits, s, {{"reduction", r}, {"weight", true}, {"pos_weight", "last"}});
+    }
+    add(OpId::kBceWithLogits, {700, 33}, {{"reduction", r}, {"pos_weight", true}});
+    add(OpId::kBceWithLogits, {700, 33}, {{"reduction", r}, {"weight", {1, 33}}, {"pos_weight", "last"}});
+    add(OpId::kBceWithLogits, {5, 3, 17}, {{"reduction", r}, {"weight", {3, 17}}});
+    add(OpId::kBceWithLogits, {5, 3, 17}, {{"reduction", r}, {"weight", json::array()}, {"pos_weight", {1, 1, 17}}});
   }
   add(OpId::kNllLoss, {5, 1}, {{"reduction", 1}, {"ignore_index", 0}});
   add(OpId::kNllLoss, {5, 1}, {{"reduction", 2}, {"ignore_index", 0}, {"weight", true}});

@@ -1,5 +1,5 @@
 // The loss families in the CPU template tests: their inputs (bce probabilities with exact 0 and 1,
-// int64 class targets with ignored entries, non-negative class weights; a backward's forward
+// bce with logits' saturating logits and positive pos_weight, int64 class targets with ignored entries, non-negative class weights; a backward's forward
 // inputs and nll's total weight) and double-precision references with per-element scales
 // (template_cpu_reference.h).
 #include <cmath>
@@ -24,9 +24,24 @@ struct Term {
   double v = 0, h = 0, w = 0;   // the term, its condition magnitude, its weight (nll)
 };
 
+// Term i of bce with logits, its parameters read at i % numel (a suffix broadcast): the value and
+// the gauntlet's h (evolve/ops/loss_reference.cpp logits_terms says why).
+Term logits_term(const LossGeom& g, Buffers& b, size_t i) {
+  const double x = b["self"][i], t = b["target"][i];
+  const double w = g.weighted ? b["weight"][i % b["weight"].size()] : 1.0;
+  const double pm1 = g.pos_weighted ? b["pos_weight"][i % b["pos_weight"].size()] - 1.0 : 0.0, lw = 1 + pm1 * t;
+  const double sp = std::max(-x, 0.0) + std::log1p(std::exp(-std::fabs(x)));
+  Term r;
+  r.v = ((1 - t) * x + lw * sp) * w;
+  r.h = (2 * std::fabs(1 - t) * std::fabs(x) + sp * (2 * std::fabs(pm1 * t) + 5 * std::fabs(lw))) * std::fabs(w) +
+        2 * std::fabs(r.v);
+  return r;
+}
+
 // Term i of an elementwise loss: h = |f'(d) d| + |term| (bce: the logs' magnitudes), as the
 // gauntlet's model (evolve/ops/loss_reference.cpp).
 Term elementwise_term(const LossGeom& g, Buffers& b, size_t i) {
+  if (g.kind == LossKind::kBceLogits) return logits_term(g, b, i);
   const double x = b["self"][i], t = b["target"][i], w = g.weighted ? b["weight"][i] : 1.0, p = g.param;
   Term r;
   if (g.kind == LossKind::kBce) {
@@ -54,11 +69,27 @@ Term nll_term(const LossGeom& g, Buffers& b, size_t i) {
   return r;
 }
 
+// bce with logits: logits of scale 3 with saturating ones (exp(-|x|) at the edge of fp32's range
+// and below, where the two parts of a term cancel for t = 0), target as bce's, pos_weight > 0.
+void logits_inputs(Buffers& b, std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  auto& x = b["self"];
+  auto& t = b["target"];
+  const float edge[] = {30.f, -30.f, 90.f, -90.f, 200.f, -200.f, 0.f};
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = i % 53 == 5 ? edge[(i / 53) % 7] : 3.f * x[i];
+    t[i] = i % 3 == 0 ? static_cast<float>(ud(rng)) : static_cast<float>(rng() % 2);
+  }
+  if (b.count("pos_weight"))
+    for (auto& v : b["pos_weight"]) v = std::fabs(v) + 0.1f;
+}
+
 // The forward's inputs: bce in (0, 1) with exact 0 and 1, nll classes with ignored entries and
 // non-negative weights, the regression losses' self scaled by 2.
 void forward_inputs(const LossGeom& g, Buffers& b, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> ud(0.0, 1.0);
+  if (g.kind == LossKind::kBceLogits) return logits_inputs(b, rng);
   if (g.kind == LossKind::kBce) {
     auto& x = b["self"];
     auto& t = b["target"];

@@ -195,6 +195,14 @@ std::vector<Case> cases() {
     v.push_back({OpId::kNllLoss2d, {2, 5, 7, 9}, DType::kF16, red});
   }
   v.push_back({OpId::kMseLoss, {1 << 24}, DType::kF32, json::object(), 4});
+  // bce with logits: parameters of self's sizes and along the last dim (a class count that takes
+  // vectors of 8, and an odd one that takes none), one weight for all, the eager_gaps shape.
+  for (int64_t r : {0, 1, 2}) {
+    v.push_back({OpId::kBceWithLogits, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}, {"pos_weight", true}}, 3});
+    v.push_back({OpId::kBceWithLogits, {4096, 1000}, DType::kBF16, {{"reduction", r}, {"weight", "last"}, {"pos_weight", "last"}}, 3});
+    v.push_back({OpId::kBceWithLogits, {513, 7}, DType::kF16, {{"reduction", r}, {"pos_weight", {1, 7}}, {"weight", json::array()}}, 2});
+  }
+  v.push_back({OpId::kBceWithLogits, {32768, 2048}, DType::kBF16, json::object(), 2});
   // Loss backward: grad_output one value or one per term; nll's vectors along classes (nll2d:
   // along the plane).
   for (int64_t r : {0, 1, 2}) {

@@ -221,6 +221,37 @@ TEST(Numerics, LossModelPassesHonestAndRejectsWrongMeans) {
   EXPECT_GT(bad->value("ratio", 0.0), 5.0) << bad->dump();
 }
 
+// bce with logits (evolve/ops/loss_reference.cpp logits_terms): eager's own fp32 answer and fp64
+// rounded to float pass the model on every input kind (the large and extreme ones saturate the
+// sigmoid: 1e3-scale and 1e4 logits, where the two parts of a term cancel), for parameters of
+// self's sizes and broadcast ones, whose inferred outputs are eager's. The naive
+// log(1 + exp(-x)), which overflows below x = -88, and a loss that forgets pos_weight fail.
+TEST(Numerics, BceWithLogitsModel) {
+  using nlohmann::json;
+  for (const json& args : {json{{"pos_weight", true}, {"weight", true}, {"reduction", 0}},
+                           json{{"pos_weight", "last"}, {"weight", {1, 64}}},
+                           json{{"weight", {300, 1}}, {"pos_weight", {1}}, {"reduction", 0}},
+                           json{{"pos_weight", "last"}, {"reduction", 2}}}) {
+    auto c = make_call(OpId::kBceWithLogits, {300, 64}, DType::kF32, BackendKind::kCpu, args);
+    ASSERT_TRUE(c.is_ok()) << args.dump();
+    for (const std::string& kind : input_kinds(OpId::kBceWithLogits)) {
+      SCOPED_TRACE(args.dump() + " " + kind);
+      InputSet s = set_of(c.value(), kind);
+      ASSERT_EQ(s.ref[0].sizes().vec(), c->outputs[0].sizes);
+      EXPECT_FALSE(compare("out0", s.ref[0], s, 0).has_value());
+      EXPECT_FALSE(compare("out0", s.ref64[0].to(at::kFloat), s, 0).has_value());
+    }
+  }
+  auto c = make_call(OpId::kBceWithLogits, {300, 64}, DType::kF32, BackendKind::kCpu,
+                     {{"pos_weight", "last"}, {"reduction", 0}});
+  ASSERT_TRUE(c.is_ok());
+  InputSet s = set_of(c.value(), "large");
+  const at::Tensor &x = s.inputs[0], &t = s.inputs[1], &p = s.inputs[3];
+  const at::Tensor lw = (p - 1) * t + 1;
+  EXPECT_TRUE(compare("out0", (1 - t) * x + lw * (-x).exp().log1p(), s, 0).has_value()) << "exp(-x) overflows";
+  EXPECT_TRUE(compare("out0", (1 - t) * x - at::log_sigmoid(x), s, 0).has_value()) << "pos_weight dropped";
+}
+
 // Layer norm in halves (rounds_once): the fp32 model plus one rounding to the output's dtype, not
 // the model in the half's precision (which allowed 16 bf16 ulp of |r64| + tau, 12.5%). fp64
 // rounded to the dtype passes, 4 unit roundoffs off fails, and where |out| >= 1 the tolerance is

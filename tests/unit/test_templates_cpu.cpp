@@ -169,6 +169,14 @@ TEST(CpuTemplates, Loss) {
   i32.inputs[1].dtype = DType::kI32;
   for (const OpCall& c : {bc, i32, cpu_call(OpId::kSmoothL1Loss, {4, 8}, {{"beta", -1.0}})})
     for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(c).empty()) << t->name();
+  // bce with logits: a weight that is no suffix of self's sizes ([N, 1]) and an fp64 pos_weight
+  // stay eager's; one that would grow the result is refused, as eager (in place) refuses it.
+  OpCall col = cpu_call(OpId::kBceWithLogits, {4, 8}, {{"weight", {4, 1}}});
+  EXPECT_FALSE(make_call(OpId::kBceWithLogits, {4, 8}, DType::kF32, BackendKind::kCpu, {{"weight", {2, 1, 8}}}).is_ok());
+  OpCall f64 = cpu_call(OpId::kBceWithLogits, {4, 8}, {{"pos_weight", "last"}});
+  f64.inputs[3].dtype = DType::kF64;
+  for (const OpCall& c : {col, f64})
+    for (const Template* t : cpu_templates()) EXPECT_TRUE(t->space(c).empty()) << t->name();
 }
 
 TEST(CpuTemplates, LossBackward) {
