@@ -77,6 +77,8 @@ CASES = [
     *[Case(KB, r, (16, 4096, 1023), (-1,), dict(dim=-1)) for r in ("mean", "amin", "argmax", "var_mean")],
     *[Case(KB, r, (16, 4096, 1023), (1,), dict(dim=1)) for r in ("max", "prod")],
     Case(KB, "min", (16, 4096, 1023), (-1,), dict(dim=-1)),
+    # logsumexp: CompositeExplicitAutograd in eager (amax, sub, exp, sum, log, add)
+    *[Case(KB, "logsumexp", (16, 4096, 1023), (d,), dict(dim=d)) for d in (1, -1)],
     Case(KB, "vector_norm", (16, 64, 256, 256), (0, 1, 2, 3)),   # Frobenius norm: every dim
     # Losses: nll over Llama-3's vocabulary for 4096 tokens (its log-probabilities as input), and
     # elementwise losses over 64 MiB of fp32, mean-reduced (eager: a map, then a reduction)

@@ -120,7 +120,7 @@ bool Call::capturing() const {
 Call::Outcome Call::before(std::vector<at::Tensor>& outs) {
   State& st = State::get();
   OpCounters& c = st.counters(op_);
-  key_ = kb_->take();
+  if (key_.empty()) key_ = kb_->take();   // readiness() may have built it
   KernelTable& table = st.table();
   KernelTable::Lookup l = table.find(key_);
   switch (l.kind) {
@@ -190,33 +190,33 @@ void Call::evolve(bool capture) {
   request_evolution(key_, dev_ == Dev::kCuda, device_, in);
 }
 
-bool Call::ready(bool capture) {
-  if (!active_) return false;
+Call::Readiness Call::readiness(bool capture) {
+  if (!active_) return Readiness::kSettled;
   State& st = State::get();
-  key_ = kb_->take();
+  if (key_.empty()) key_ = kb_->take();
   KernelTable& table = st.table();
   KernelTable::Lookup l = table.find(key_);
   switch (l.kind) {
     case KernelTable::Kind::kServe:
-      return l.kernel->bitwise_deterministic || !st.determinism_required();
+      return l.kernel->bitwise_deterministic || !st.determinism_required() ? Readiness::kReady : Readiness::kSettled;
     case KernelTable::Kind::kLoad:
       table.defer_load(key_, l.record);   // found again, and loaded, by the run() that follows
-      return true;
+      return Readiness::kReady;
     case KernelTable::Kind::kMiss:
       st.counters(op_).misses.fetch_add(1, std::memory_order_relaxed);
       if (l.first_miss) {
         st.record_miss(key_);
         if (!capturing()) evolve(capture);
       }
-      return false;
+      return Readiness::kPending;
     case KernelTable::Kind::kEagerBest:
       st.counters(op_).misses.fetch_add(1, std::memory_order_relaxed);
-      return false;
+      return Readiness::kSettled;
     case KernelTable::Kind::kDisabled:
       st.counters(op_).fallbacks.fetch_add(1, std::memory_order_relaxed);
-      return false;
+      return Readiness::kSettled;
   }
-  return false;
+  return Readiness::kSettled;
 }
 
 Binding Call::binding(const std::vector<at::Tensor>& outs) const {

@@ -65,11 +65,15 @@ class Call {
   void s(const char* name, std::string_view v);
   void list(const char* name, at::IntArrayRef v);
 
-  // Instead of run(), for one call of a composite's pair (dispatcher/cross_entropy.cpp): whether
-  // the key has a kernel to serve or a record to load (which a later run() of the key loads).
-  // Never serves or runs anything; a first miss requests the key's evolution, with the call's
-  // inputs as a captured set only if `capture` (placeholders must not be).
-  bool ready(bool capture);
+  // Instead of, or before, run(), for one call of a composite's pair (dispatcher/composite.h):
+  // whether the key has a kernel to serve or a record to load (kReady; a later run() of the key
+  // loads it), has none yet (kPending: a miss), or is answered by eager for good here (kSettled:
+  // eager_best, disabled, or nondeterministic where determinism is required). Never serves or
+  // runs anything; a first miss requests the key's evolution, with the call's inputs as a
+  // captured set only if `capture` (placeholders must not be).
+  enum class Readiness { kReady, kPending, kSettled };
+  Readiness readiness(bool capture);
+  bool ready(bool capture) { return readiness(capture) == Readiness::kReady; }
   // Inside run()'s eager: true when eager's outputs will be compared with the kernel's (a live
   // check), so every output must be computed.
   bool compares() const { return checking_ != nullptr; }

@@ -150,7 +150,7 @@ at::Tensor rms_norm_kernel(const at::Tensor& input, c10::SymIntArrayRef normaliz
   const bool grad = c10::GradMode::is_enabled() && (want_x || want_w);
   a.mask = {want_x, want_w};
   const Dev dev = input.is_cuda() ? Dev::kCuda : Dev::kCpu;
-  const bool bwd = !grad || backward_ready(a, dev);
+  auto bwd = [&] { return !grad || backward_ready(a, dev); };
   Call c(OpId::kRmsNorm, dev, input);
   if (!c.active()) return own();
   a.bind_forward(c);

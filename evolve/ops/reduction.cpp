@@ -24,6 +24,7 @@ ReduceKind reduce_kind(OpId op) {
     case OpId::kMax: return ReduceKind::kMaxDim;
     case OpId::kMin: return ReduceKind::kMinDim;
     case OpId::kProd: return ReduceKind::kProd;
+    case OpId::kLogsumexp: return ReduceKind::kLogSumExp;
     default: return ReduceKind::kSum;
   }
 }
@@ -101,6 +102,11 @@ Result<ReduceGeom> reduce_geometry(const OpCall& c) {
   const TensorMeta& x = c.inputs[0];
   ReduceGeom g;
   g.kind = reduce_kind(c.op);
+  if (g.kind == ReduceKind::kLogSumExp) {
+    const ScalarArg* a = c.scalar("dim");
+    if (!a || !std::holds_alternative<std::vector<int64_t>>(a->value) || c.list_arg("dim").empty())
+      return Status::error(Code::kUnsupported, "logsumexp without a dim list");
+  }
   Status s = mark_dims(c, x, g);
   if (!s.is_ok()) return s;
   find_block(x, g);
@@ -135,7 +141,7 @@ ScalarValue number_or_none(const nlohmann::json& args, const char* name) {
   return args[name].get<double>();
 }
 
-// Scalars in schema order: sum/mean (dim, keepdim, dtype), amax/amin (dim, keepdim),
+// Scalars in schema order: sum/mean (dim, keepdim, dtype), amax/amin/logsumexp (dim, keepdim),
 // argmax/argmin and max/min.dim (dim, keepdim), prod.dim_int (dim, keepdim, dtype), var family
 // (dim, correction, keepdim), norm (ord, dim, keepdim, dtype).
 Status make_reduction(OpId op, const std::vector<int64_t>& sizes, DType dt, const nlohmann::json& args, OpCall& c) {
@@ -150,7 +156,8 @@ Status make_reduction(OpId op, const std::vector<int64_t>& sizes, DType dt, cons
     case ReduceKind::kSum:
     case ReduceKind::kMean: c.scalars = {{"dim", dim_value(args, false)}, {"keepdim", keep}, dtype}; break;
     case ReduceKind::kMax:
-    case ReduceKind::kMin: c.scalars = {{"dim", dim_value(args, false)}, {"keepdim", keep}}; break;
+    case ReduceKind::kMin:
+    case ReduceKind::kLogSumExp: c.scalars = {{"dim", dim_value(args, false)}, {"keepdim", keep}}; break;
     case ReduceKind::kArgMax:
     case ReduceKind::kArgMin:
     case ReduceKind::kMaxDim:

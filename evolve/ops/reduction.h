@@ -1,5 +1,5 @@
 // Reductions (sum, mean, amax, amin, argmax, argmin, var, std, var_mean, std_mean,
-// linalg_vector_norm, max.dim, min.dim, prod.dim_int), torch-free geometry shared by the schema (reduction.cpp), the references
+// linalg_vector_norm, max.dim, min.dim, prod.dim_int, logsumexp), torch-free geometry shared by the schema (reduction.cpp), the references
 // and the templates: which dims a call reduces, with ATen's dim checks, and the lead input as
 // [outer, r, inner] when the reduced dims are one block of adjacent dims.
 #pragma once
@@ -11,9 +11,10 @@
 namespace kc::evolve {
 
 // What a reduction computes per output element; one kind per op, plus the vector norm's order.
-// kMaxDim / kMinDim: max.dim / min.dim, the value and its index in one pass; kProd: a product.
+// kMaxDim / kMinDim: max.dim / min.dim, the value and its index in one pass; kProd: a product;
+// kLogSumExp: log(sum(exp(x))), folded online as a running max and the sum of exp(x - max).
 enum class ReduceKind : uint8_t {
-  kSum, kMean, kMax, kMin, kArgMax, kArgMin, kVar, kStd, kVarMean, kStdMean, kNorm, kMaxDim, kMinDim, kProd
+  kSum, kMean, kMax, kMin, kArgMax, kArgMin, kVar, kStd, kVarMean, kStdMean, kNorm, kMaxDim, kMinDim, kProd, kLogSumExp
 };
 ReduceKind reduce_kind(OpId op);
 
@@ -46,7 +47,8 @@ struct ReduceGeom {
 
 // The geometry of a reduction call, or kInvalid where ATen rejects the call (a dim out of range
 // or repeated, argmax / amax / max.dim of an empty reduction; prod of one is 1), a norm order of 0
-// or below is kUnsupported.
+// or below is kUnsupported, and so is logsumexp over an empty dim list (eager reduces every dim
+// then, and refuses it without keepdim).
 Result<ReduceGeom> reduce_geometry(const OpCall& c);
 
 }  // namespace kc::evolve

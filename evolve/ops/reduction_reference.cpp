@@ -49,6 +49,7 @@ std::vector<at::Tensor> reduction_eager(const OpCall& c, const std::vector<at::T
     case ReduceKind::kMean: return {at::mean(x, dims, keep, dtype_arg(c, x))};
     case ReduceKind::kMax: return {at::amax(x, list, keep)};
     case ReduceKind::kMin: return {at::amin(x, list, keep)};
+    case ReduceKind::kLogSumExp: return {at::logsumexp(x, list, keep)};
     case ReduceKind::kMaxDim:
     case ReduceKind::kMinDim: {
       auto r = c.op == OpId::kMax ? at::max(x, c.int_arg("dim", -1), keep) : at::min(x, c.int_arg("dim", -1), keep);
@@ -111,6 +112,26 @@ at::Tensor prod_model(const at::Tensor& x, const at::Tensor& y, const std::vecto
   return h.add_(at::where(log_q < std::log(1.1754943508222875e-38), y / u, at::zeros_like(y)));
 }
 
+// Logsumexp y = m + log(s), m the max and s = sum exp(x - m) over n terms. Term i carries weight
+// w_i = exp(x_i - y) (the derivative of y), and its rounding errs, relative to that term, by the
+// subtraction x_i - m (u |x_i - m|) and by the exponential (a few u; 3 |x_i - m| u also admits an
+// exp whose error grows with its argument); the sum of n positive terms adds sqrt(n) u
+// relatively, in any order (the online max's rescalings are such roundings too), and the log
+// and the final add round |log s| and |y|. In units of u: |y| + log(n) + sqrt(n) + 4 +
+// 3 sum_i w_i |x_i - m|. Non-finite rows are the non-finite check's; their model is 0 here.
+at::Tensor logsumexp_model(const at::Tensor& x, const at::Tensor& y, const std::vector<bool>& reduced, bool keep,
+                           double n) {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < reduced.size(); ++i)
+    if (reduced[i]) dims.push_back(static_cast<int64_t>(i));
+  const at::Tensor m = x.dim() == 0 ? x.clone() : at::amax(x, dims, true);
+  const at::Tensor yk = x.dim() == 0 ? x.clone() : at::logsumexp(x, dims, true);
+  const at::Tensor d = (x - m).abs_(), w = (x - yk).exp_();
+  const at::Tensor wd = at::where(w > 0, w * d, at::zeros_like(d));
+  at::Tensor h = fold(wd, reduced, keep).reshape(y.sizes()).mul_(3).add_(y.abs()).add_(std::log(n) + std::sqrt(n) + 4);
+  return at::where(y.isfinite(), h, at::zeros_like(h));
+}
+
 // Output j's condition magnitude, output-shaped, fp64; u is the output dtype's unit roundoff.
 // A sum of n terms in fp32 errs by about sqrt(n) ulp of sum |x| in any order; a mean is that / n;
 // a p-norm (sum |x|^p)^(1/p) has that relative error over p, plus one pow rounding per term.
@@ -125,7 +146,7 @@ at::Tensor reduction_whole(const OpCall& c, const std::vector<at::Tensor>& in, s
   const bool keep = c.int_arg("keepdim", 0) != 0;
   const double n = std::max<double>(1.0, static_cast<double>(x.numel()) / std::max<int64_t>(1, c.outputs[j].numel()));
   const double sq = std::sqrt(n);
-  const at::Tensor y = run_fp64(c, in)[j].abs();
+  const at::Tensor y_signed = run_fp64(c, in)[j], y = y_signed.abs();
   switch (g->kind) {
     case ReduceKind::kSum: return fold(x.abs(), g->reduced, keep).mul_(sq).add_(y).reshape(osz);
     case ReduceKind::kMean: return fold(x.abs(), g->reduced, keep).mul_(sq / n).add_(y).reshape(osz);
@@ -133,6 +154,7 @@ at::Tensor reduction_whole(const OpCall& c, const std::vector<at::Tensor>& in, s
       if (g->ord != NormOrd::kP) return at::zeros(osz, x.options());
       return (y * ((sq + 2) / g->p)).add_(y).reshape(osz);
     case ReduceKind::kProd: return prod_model(x, y.reshape(osz), g->reduced, keep, n, c.outputs[j].dtype);
+    case ReduceKind::kLogSumExp: return logsumexp_model(x, y_signed, g->reduced, keep, n).reshape(osz);
     case ReduceKind::kMax:
     case ReduceKind::kMin:
     case ReduceKind::kArgMax:

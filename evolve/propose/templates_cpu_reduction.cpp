@@ -1,6 +1,6 @@
 // CPU reduction template (cpu.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
-// var_mean, std_mean, linalg_vector_norm, max.dim, min.dim and prod.dim_int over one block of
-// adjacent dims, fp32.
+// var_mean, std_mean, linalg_vector_norm, max.dim, min.dim, prod.dim_int and logsumexp over one
+// block of adjacent dims, fp32.
 // Part of the CPU op-family templates (overview in templates_cpu.cpp); shared pieces in
 // templates_cpu_common.h.
 //
@@ -45,6 +45,18 @@ std::string cpu_state(const ReduceGeom& g) {
            "static inline S kc_init() { return 1; }\n"
            "static inline void kc_add(S* s, float v, int64_t j) { (void)j; *s *= v; }\n"
            "static inline void kc_store(float* o0, float* o1, int64_t o, const S* s) { (void)o1; o0[o] = (float)*s; }\n";
+  if (k == ReduceKind::kLogSumExp)
+    // The running max m and sum s of exp(x - m), in double. Equal values add 1, so a row of
+    // infinities (inf - inf is NaN) gives m + log(count); a NaN makes s NaN and stays.
+    return "struct S { double m, s; };\n"
+           "static inline S kc_init() { S s; s.m = -INFINITY; s.s = 0; return s; }\n"
+           "static inline void kc_add(S* s, float v, int64_t j) {\n"
+           "  (void)j;\n"
+           "  const double x = v;\n"
+           "  if (x > s->m) { s->s = s->s * exp(s->m - x) + 1; s->m = x; }\n"
+           "  else s->s += x == s->m ? 1.0 : exp(x - s->m);\n"
+           "}\n"
+           "static inline void kc_store(float* o0, float* o1, int64_t o, const S* s) { (void)o1; o0[o] = (float)(s->m + log(s->s)); }\n";
   if (welford(k)) {
     const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
     const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;

@@ -1,6 +1,6 @@
 // CUDA reduction template (cuda.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
-// var_mean, std_mean, linalg_vector_norm, max.dim, min.dim and prod.dim_int over one block of
-// adjacent dims.
+// var_mean, std_mean, linalg_vector_norm, max.dim, min.dim, prod.dim_int and logsumexp over one
+// block of adjacent dims.
 // Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
 //
 // The input is viewed as [outer, r, inner] (reduction.h). Every op is a fold state S with
@@ -219,6 +219,29 @@ __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s)
   const float var = s.q / div;
   out0[o] = sto()CU" + (sd ? "sqrtf(var)" : "var") + ");\n" + (two ? "  out1[o] = sto(s.m + 0.f * s.q);   // NaN once the fold met inf or NaN, as Welford does\n" : "") + "}\n";
   }
+  if (k == ReduceKind::kLogSumExp)
+    // Online: the running max m and the sum s of exp(x - m). Equal values add 1 (a row of
+    // infinities: inf - inf is NaN), a NaN makes s NaN for good, and an empty state (m = -inf,
+    // s = 0) merges as nothing. expf, not __expf: the static check refuses approximate
+    // intrinsics; one expf an element is hidden under the loads (the cross-entropy forward, which
+    // does as much, reads at 3.97 TB/s).
+    return R"CU(struct S { float m, s; };
+__device__ __forceinline__ S kc_init() { return S{-KC_INF, 0.f}; }
+__device__ __forceinline__ void kc_add(S& a, float v, long long) {
+  if (v > a.m) { a.s = a.s * expf(a.m - v) + 1.f; a.m = v; }
+  else a.s += v == a.m ? 1.f : expf(v - a.m);
+}
+__device__ __forceinline__ void kc_merge(S& a, const S& b) {
+  if (b.m == a.m) { a.s += b.s; return; }
+  const float m = fmaxf(a.m, b.m);
+  a.s = a.s * expf(a.m - m) + b.s * expf(b.m - m);
+  a.m = m;
+}
+__device__ __forceinline__ S kc_shfl(const S& s, int o) {
+  return S{__shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.s, o)};
+}
+__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s.m + logf(s.s)); }
+)CU";
   std::string s = "typedef float S;\n__device__ __forceinline__ S kc_shfl(const S& s, int o) { return __shfl_down_sync(0xffffffffu, s, o); }\n";
   if (pick) {
     const bool max = k == ReduceKind::kMax || (k == ReduceKind::kNorm && g.ord == NormOrd::kInf);
@@ -254,6 +277,7 @@ constexpr int64_t kMergeShared = 32768;   // bytes of the column merge's states 
 int64_t state_bytes(ReduceKind k) {
   if (indexed(k)) return 16;
   if (welford(k)) return 12;
+  if (k == ReduceKind::kLogSumExp) return 8;
   return 4;
 }
 

@@ -558,7 +558,8 @@ TEST_F(Gpu, Scan) {
 TEST_F(Gpu, Reduction) {
   std::vector<Case> cs;
   for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
-                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm, OpId::kMax, OpId::kMin, OpId::kProd}) {
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm, OpId::kMax, OpId::kMin, OpId::kProd,
+                  OpId::kLogsumexp}) {
     cs.push_back({op, {4096, 1023}, DType::kF32, {{"dim", -1}}, 2, {{{"threads", 32}, {"rows", 8}}}});
     cs.push_back({op, {64, 4096}, DType::kBF16, {{"dim", 1}}, 2, {{{"split", 4}, {"threads", 128}}}});
     cs.push_back({op, {16, 512, 255}, DType::kF32, {{"dim", 1}}, 2, {{{"tx", 8}, {"ty", 32}, {"unroll", 8}}}});
@@ -571,7 +572,8 @@ TEST_F(Gpu, Reduction) {
     } else if (op == OpId::kArgmax || op == OpId::kArgmin) {
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", "none"}}, 1});
     } else {
-      cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", "none"}}, 1, {{{"split", 0}}}});
+      const json all = op == OpId::kLogsumexp ? json{0} : json("none");   // logsumexp takes a dim list
+      cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", all}}, 1, {{{"split", 0}}}});
       cs.push_back({op, {8, 256, 64}, DType::kF32, {{"dim", {1, 2}}, {"keepdim", true}}, 1});
     }
   }

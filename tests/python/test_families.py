@@ -33,6 +33,8 @@ CASES = [
     # dim and a weight of self's sizes
     ("bce_with_logits", "64x16", "f32", {"weight": True, "pos_weight": "last"},
      "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), weight=x.abs(), pos_weight=w(16))"),
+    # CompositeExplicitAutograd: no CPU kernel of its own; the interception sits at the CPU key
+    ("logsumexp", "64x300", "f32", {"dim": [1]}, "torch.logsumexp(x, 1)"),
 ]
 EPS = {"f32": 1.2e-7, "bf16": 7.8e-3, "f16": 9.8e-4}
 

@@ -32,6 +32,8 @@ CASES = [
      "torch.ops.aten.embedding_dense_backward(x, idx(8192, 50257), 50257, -1, False)"),
     ("bce_with_logits", "32768x2048", "bf16", {"pos_weight": "last"},
      "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), pos_weight=w(2048))"),
+    ("logsumexp", "64x2048x1023", "f32", {"dim": [1]}, "torch.logsumexp(x, 1)"),
+    ("logsumexp", "4096x8192", "bf16", {"dim": [1]}, "torch.logsumexp(x, 1)"),
 ]
 
 

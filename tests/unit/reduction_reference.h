@@ -4,6 +4,9 @@
 // argmin / max.dim / min.dim indices are exact (first index on ties, the first NaN wins); a sum's
 // scale is its magnitude, the variance's that of its deviations (the mean's error cancels to first
 // order), a product's its own magnitude grown by sqrt(r) fp32 roundings (relative errors compound).
+// Logsumexp: m + log(sum exp(x - m)) (NaN with a NaN, +inf with a +inf, -inf with only -inf);
+// its scale is |y| plus the sum's sqrt(r) and log(r) and each term's subtraction error, weighted
+// by the term's share of the sum.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -20,9 +23,35 @@ struct Out {
   double ref = 0, scale = 0, out1 = 0, out1_scale = 0;
 };
 
+template <class X> Out logsumexp(const ReduceGeom& g, const X& x, int64_t base) {
+  double m = -INFINITY;
+  bool nan = false;
+  for (int64_t l = 0; l < g.r; ++l) {
+    const double v = x[base + l * g.inner];
+    nan = nan || std::isnan(v);
+    m = std::max(m, v);
+  }
+  Out r;
+  if (nan || std::isinf(m)) {
+    r.ref = nan ? NAN : m;
+    return r;
+  }
+  double s = 0, wd = 0;
+  for (int64_t l = 0; l < g.r; ++l) s += std::exp(static_cast<double>(x[base + l * g.inner]) - m);
+  r.ref = m + std::log(s);
+  for (int64_t l = 0; l < g.r; ++l) {
+    const double v = x[base + l * g.inner];
+    if (v > -INFINITY) wd += std::exp(v - r.ref) * (m - v);   // a -inf term weighs nothing
+  }
+  const double n = static_cast<double>(g.r);
+  r.scale = std::fabs(r.ref) + std::log(n) + std::sqrt(n) + 4 + 3 * wd;
+  return r;
+}
+
 // Output o of `g` from x (any container of values indexable by int64).
 template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double unit) {
   const int64_t base = (o / g.inner) * g.r * g.inner + o % g.inner;
+  if (g.kind == ReduceKind::kLogSumExp) return logsumexp(g, x, base);
   const bool want_max = selects_max(g.kind) || (g.kind == ReduceKind::kNorm && g.ord == NormOrd::kInf);
   double sum = 0, abs = 0, pw = 0, best = 0, prod = 1;
   int64_t at = -1;

@@ -328,16 +328,18 @@ std::vector<Case> reduction_cases() {
       {{5, 3, 17}, json{-1, -2}}, {{9, 1}, -1}, {{4, 1, 6}, json{0, 1, 2}}, {{2, 70001}, -1}, {{6, 50}, "none"}};
   const std::vector<OpId> ops = {OpId::kSum,    OpId::kMean,    OpId::kAmax,       OpId::kAmin, OpId::kArgmax,
                                  OpId::kArgmin, OpId::kVar,     OpId::kStd,        OpId::kVarMean, OpId::kStdMean,
-                                 OpId::kVectorNorm, OpId::kMax, OpId::kMin,        OpId::kProd};
+                                 OpId::kVectorNorm, OpId::kMax, OpId::kMin,        OpId::kProd,
+                                 OpId::kLogsumexp};
   for (OpId op : ops)
     for (const auto& [s, dim] : shapes) {
       const bool needs_one = op == OpId::kMax || op == OpId::kMin || op == OpId::kProd;   // one int dim
       const bool one = needs_one || op == OpId::kArgmax || op == OpId::kArgmin;          // argmax: or none
       if ((one && dim.is_array() && dim.size() != 1) || (needs_one && dim.is_string())) continue;
+      if (op == OpId::kLogsumexp && !dim.is_array()) continue;   // its dim is a list, never absent
       json d = one && dim.is_array() ? dim[0] : dim;
       v.push_back({std::string(op_info(op).name) + "/" + shape_str(s) + "/dim" + d.dump(), cpu_call(op, s, {{"dim", d}})});
     }
-  for (OpId op : {OpId::kSum, OpId::kArgmax, OpId::kStdMean, OpId::kMax, OpId::kProd})
+  for (OpId op : {OpId::kSum, OpId::kArgmax, OpId::kStdMean, OpId::kMax, OpId::kProd, OpId::kLogsumexp})
     v.push_back({std::string(op_info(op).name) + "/keepdim/5x3x17", cpu_call(op, {5, 3, 17}, {{"dim", 1}, {"keepdim", true}})});
   v.push_back({"sum/empty-list/4x9", cpu_call(OpId::kSum, {4, 9}, {{"dim", json::array()}})});
   Case off{"var/offset/40x300", cpu_call(OpId::kVar, {40, 300}, {{"dim", 1}, {"correction", 0}})};

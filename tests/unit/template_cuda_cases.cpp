@@ -166,7 +166,8 @@ std::vector<Case> cases() {
   // Reductions: rows, columns (odd inner: scalar loads), few outputs (split), all dims, each
   // dtype, an fp32 result of bf16, and every op's fold state.
   for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kArgmax, OpId::kArgmin, OpId::kVar, OpId::kStd,
-                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm, OpId::kMax, OpId::kMin, OpId::kProd}) {
+                  OpId::kVarMean, OpId::kStdMean, OpId::kVectorNorm, OpId::kMax, OpId::kMin, OpId::kProd,
+                  OpId::kLogsumexp}) {
     v.push_back({op, {128, 4096, 4095}, DType::kF32, {{"dim", 1}}, 4});
     v.push_back({op, {4096, 4095}, DType::kF32, {{"dim", -1}}, 4});
     v.push_back({op, {1 << 20, 16}, DType::kBF16, {{"dim", 0}}, 3});
