@@ -53,9 +53,16 @@ TensorMeta to_meta(const char* name, const at::Tensor& t) {
   return m;
 }
 
+namespace {
+thread_local int t_eager_only = 0;
+}  // namespace
+
+EagerOnly::EagerOnly() { ++t_eager_only; }
+EagerOnly::~EagerOnly() { --t_eager_only; }
+
 Call::Call(OpId op, Dev dev, const at::Tensor& lead) : op_(op), dev_(dev) {
   State& st = State::get();
-  active_ = st.on(op);
+  active_ = t_eager_only == 0 && st.on(op);
   if (!active_) return;
   device_ = dev == Dev::kCuda ? lead.get_device() : 0;
   kb_.emplace(st.target(dev, device_), op_info(op).aten, st.policy());

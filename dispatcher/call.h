@@ -45,6 +45,17 @@ struct DeviceHooks {
 };
 DeviceHooks& cuda_hooks();
 
+// While one lives on this thread, every Call is inactive: the ops an eager implementation calls
+// run as PyTorch's, untouched and unrecorded. Set around the eager of an op whose implementation is
+// a composite of other intercepted ops (logsumexp's amax and sum; wrappers.inc), so that a miss
+// does not also search, and later serve, keys that are never reached once the op is served.
+struct EagerOnly {
+  EagerOnly();
+  ~EagerOnly();
+  EagerOnly(const EagerOnly&) = delete;
+  EagerOnly& operator=(const EagerOnly&) = delete;
+};
+
 class Call {
  public:
   // The most tensor and scalar arguments one call binds. An op with more is not intercepted

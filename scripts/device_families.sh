@@ -1,16 +1,12 @@
 #!/usr/bin/env bash
 # On the H200 machine: build, the CUDA template tests of the op families, then the single-op
 # benchmark rows (benchmarks/model_shapes.py) with an offline search per key. Logs to $OUT.
-#   OUT=... [TPL_FILTER="..."] [PAR=1] [SKIP_MS=1] [MODES=fwd,fwd+bwd] scripts/device_families.sh [DTYPES] [ONLY]
+#   OUT=... [BUILD_TARGETS=...] [TPL_FILTER="..."] [PAR=1] [SKIP_MS=1] [MODES=fwd,fwd+bwd] [REPORT=1]
+#   scripts/device_families.sh [DTYPES] [ONLY]
+# REPORT=1: afterwards `kernelcraft report --json` over the searched cache (each target's copy peak).
 set -uo pipefail
 DT=${1:-float32}; ONLY=${2:-single-op}
-export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-export PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
-B=build-gpu; CLI=$PWD/$B/torch_ops/kernelcraft; LIB=$PWD/$B/torch_ops/libkernelcraft.so
-t0=$(date +%s)
-timeout 240 bash -c "cmake -S . -B $B -G Ninja -DCMAKE_PREFIX_PATH=$PWD/.device-deps/usr -DPython3_EXECUTABLE=$(command -v python3) > $OUT/build.log 2>&1 && cmake --build $B -j 16 >> $OUT/build.log 2>&1" \
-  || { echo "BUILD FAILED"; grep -E "error|FAILED" -A4 "$OUT/build.log" | head -60; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/device_common.sh" ""   # BUILD_TARGETS: default everything
 # One gtest process per family, each with its own time limit, so one slow family cannot hide
 # the others' results. PAR=1 runs the families side by side (the tests check results, not speed;
 # the machine's cores then compile several families' candidates at once).
@@ -32,3 +28,13 @@ timeout ${MS_S:-300} python3 benchmarks/model_shapes.py --only "$ONLY" --dtypes 
 echo "model_shapes rc=$? ($(( $(date +%s) - t )) s)"; tail -5 $OUT/ms.log; cat $OUT/ms/table.md 2>/dev/null | head -40
 for k in $($CLI --cache-dir $OUT/ms/cache --json cache ls 2>/dev/null | python3 -c 'import json,sys; [print(r["key"]) for r in json.load(sys.stdin)]'); do
   $CLI --cache-dir $OUT/ms/cache search-state "$k" >> $OUT/search_states.txt 2>&1; done
+if [ -n "${REPORT:-}" ]; then
+  $CLI --cache-dir $OUT/ms/cache --json report > $OUT/report.json 2> $OUT/report.err
+  python3 - $OUT/report.json <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("report peak:", json.dumps(r.get("peak"))[:600])
+for k in r.get("keys", [])[:12]:
+    print(" ", k.get("state"), k.get("copy_gb_s"), {n: k.get(n) for n in ("speedup", "achieved_gb_s", "peak_fraction") if n in k}, k.get("key", "")[60:170])
+PY
+fi

@@ -31,6 +31,14 @@ using namespace cuda_tpl;
 using nlohmann::json;
 
 const char* kReduceBody = R"CU(
+// Folds N loaded values, value q at index j(q). The default adds them one by one; a state whose
+// add is a serial chain (logsumexp's running max) folds the N as one chunk instead (KC_ADD_N).
+#ifndef KC_ADD_N
+template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], J j) {
+#pragma unroll
+  for (int q = 0; q < N; ++q) kc_add(a, f[q], j(q));
+}
+#endif
 __device__ __forceinline__ S kc_warp(S a) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) { const S b = kc_shfl(a, o); kc_merge(a, b); }
@@ -58,10 +66,10 @@ __device__ __forceinline__ S kc_fold_row(const T* __restrict__ row, long long lo
     V r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) r[u] = v[i + u * G];
+    float f[U * VEC];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) kc_add(a, ld(r[u].v[k]), (i + u * G) * VEC + k);
+    for (int q = 0; q < U * VEC; ++q) f[q] = ld(r[q / VEC].v[q % VEC]);
+    kc_add_n(a, f, [&](int q) { return (i + (q / VEC) * G) * VEC + q % VEC; });
   }
   for (; i < e; i += G) {
     const V r = v[i];
@@ -115,9 +123,12 @@ __device__ __forceinline__ bool kc_fold_cols(S a[VB], S* sh, const T* __restrict
 #pragma unroll
       for (int u = 0; u < U; ++u) w[u] = *reinterpret_cast<const VW*>(base + (r + u * TY) * I);
 #pragma unroll
-      for (int u = 0; u < U; ++u)
+      for (int k = 0; k < VB; ++k) {
+        float f[U];
 #pragma unroll
-        for (int k = 0; k < VB; ++k) kc_add(a[k], ld(w[u].v[k]), r + u * TY);
+        for (int u = 0; u < U; ++u) f[u] = ld(w[u].v[k]);
+        kc_add_n(a[k], f, [&](int u) { return r + u * TY; });
+      }
     }
     for (; r < hi; r += TY) {
       const VW w = *reinterpret_cast<const VW*>(base + r * I);
@@ -231,11 +242,23 @@ __device__ __forceinline__ void kc_add(S& a, float v, long long) {
   if (v > a.m) { a.s = a.s * expf(a.m - v) + 1.f; a.m = v; }
   else a.s += v == a.m ? 1.f : expf(v - a.m);
 }
+// The larger max's own sum is not rescaled: inf - inf would be NaN.
 __device__ __forceinline__ void kc_merge(S& a, const S& b) {
   if (b.m == a.m) { a.s += b.s; return; }
-  const float m = fmaxf(a.m, b.m);
-  a.s = a.s * expf(a.m - m) + b.s * expf(b.m - m);
-  a.m = m;
+  if (b.m > a.m) { a.s = a.s * expf(a.m - b.m) + b.s; a.m = b.m; }
+  else a.s += b.s * expf(b.m - a.m);
+}
+// A chunk: its max first (independent of the running state), one exp a value, one merge; a NaN
+// (which fmaxf skips) reaches the sum through its exp.
+#define KC_ADD_N 1
+template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], J) {
+  float m = f[0];
+#pragma unroll
+  for (int q = 1; q < N; ++q) m = fmaxf(m, f[q]);
+  float s = 0.f;
+#pragma unroll
+  for (int q = 0; q < N; ++q) s += f[q] == m ? 1.f : expf(f[q] - m);
+  kc_merge(a, S{m, s});
 }
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.s, o)};

@@ -154,6 +154,22 @@ def test_calls_are_counted(fresh_cache):
     assert any("aten::native_layer_norm" in k for k in keys)
 
 
+def test_a_composite_eager_intercepts_nothing_inside(fresh_cache):
+    """logsumexp's and bce_with_logits' eager (CompositeExplicitAutograd) call intercepted ops
+    (amax, sum, ...). A miss of theirs must count and record only their own key: the inner keys
+    would be searched for nothing, since a served op never reaches them."""
+    x = torch.randn(8, 16)
+    y = torch.logsumexp(x, 1)
+    loss = F.binary_cross_entropy_with_logits(x, torch.rand(8, 16))
+    assert torch.equal(y, torch.ops.aten.logsumexp.default(x, [1]))
+    assert torch.isfinite(loss)
+    s = status()
+    assert s["ops"]["logsumexp"]["misses"] >= 1 and s["ops"]["bce_with_logits"]["misses"] == 1
+    assert s["ops"]["amax"]["misses"] == 0 and s["ops"]["sum"]["misses"] == 0, s["ops"]
+    ops = sorted({k.split("|")[2] for k in kc.missed_keys()})
+    assert ops == ["aten::binary_cross_entropy_with_logits", "aten::logsumexp"], ops
+
+
 def test_disable_some_ops(fresh_cache):
     x = torch.randn(4, 4)
     kc.disable(["relu"])
