@@ -158,6 +158,7 @@ def test_a_composite_eager_intercepts_nothing_inside(fresh_cache):
     """logsumexp's and bce_with_logits' eager (CompositeExplicitAutograd) call intercepted ops
     (amax, sum, ...). A miss of theirs must count and record only their own key: the inner keys
     would be searched for nothing, since a served op never reaches them."""
+    before = set(kc.missed_keys())   # the process's, since it started
     x = torch.randn(8, 16)
     y = torch.logsumexp(x, 1)
     loss = F.binary_cross_entropy_with_logits(x, torch.rand(8, 16))
@@ -166,8 +167,8 @@ def test_a_composite_eager_intercepts_nothing_inside(fresh_cache):
     s = status()
     assert s["ops"]["logsumexp"]["misses"] >= 1 and s["ops"]["bce_with_logits"]["misses"] == 1
     assert s["ops"]["amax"]["misses"] == 0 and s["ops"]["sum"]["misses"] == 0, s["ops"]
-    ops = sorted({k.split("|")[2] for k in kc.missed_keys()})
-    assert ops == ["aten::binary_cross_entropy_with_logits", "aten::logsumexp"], ops
+    ops = sorted({k.split("|")[2] for k in set(kc.missed_keys()) - before})
+    assert set(ops) <= {"aten::binary_cross_entropy_with_logits", "aten::logsumexp"}, ops
 
 
 def test_disable_some_ops(fresh_cache):
