@@ -1,4 +1,6 @@
-// Job-wide coordination through the job's c10d store; the protocol is in coordinator.h.
+// Job-wide coordination through the job's c10d store, its claims half: claiming missed keys,
+// renewing their leases, taking over stale ones, giving the store up. The records half is
+// coordinator_records.cpp; the protocol is in coordinator.h.
 #include "dispatcher/coordinator.h"
 
 #include <sys/resource.h>
@@ -19,36 +21,17 @@
 #include <thread>
 #include <vector>
 
+#include "dispatcher/coordinator_impl.h"
 #include "dispatcher/job_store.h"
 #include "dispatcher/state.h"
-#include "kernel_cache/bundle.h"
 #include "kernel_cache/key.h"
-#include "kernel_cache/record.h"
-#include "kernel_cache/store.h"
 #include "runtime/fork.h"
 #include "runtime/fsutil.h"
 #include "runtime/json_util.h"
 #include "runtime/log.h"
 
 namespace kc::dispatch {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using nlohmann::json;
-
-constexpr size_t kMaxStashed = 4096;   // records of targets not seen here yet, kept for later
-
-std::string claim_key(const std::string& key) { return "claim/" + fnv1a64_hex(key); }
-std::string record_key(int64_t i) { return "record/" + std::to_string(i); }
-std::string state_key(const std::string& key) { return "state/" + fnv1a64_hex(key); }
-
-// This cache's search state of `key` ("" when it has none yet).
-std::string local_search_state(const std::string& key) {
-  auto local = Store::open(State::get().table().dir(), Store::Mode::kReadOnly);
-  if (!local) return "";
-  auto v = local.value()->get(search_state_key(key));
-  return v ? v.value() : "";
-}
+namespace coord {
 
 std::string self_id() {
   char host[256] = {0};
@@ -57,10 +40,7 @@ std::string self_id() {
   return std::string(host) + "/" + std::to_string(getpid()) + "/rank" + (rank ? rank : "?");
 }
 
-struct Claim {
-  bool present = false;
-  std::string owner, state;
-};
+std::string claim_key(const std::string& key) { return "claim/" + fnv1a64_hex(key); }
 
 Claim parse_claim(const std::string& value) {
   Claim c;
@@ -73,99 +53,6 @@ Claim parse_claim(const std::string& value) {
   }
   return c;
 }
-
-// A key this process missed and does not own: it waits for the claimant's record.
-struct Waiting {
-  Job job;
-  std::string seen;             // the claim's value when last read ("" absent)
-  Clock::time_point seen_at{};  // when that value was first seen
-};
-
-// A key this process claimed and submitted to its own worker.
-struct Owned {
-  std::string claim;            // our claim's value in the store
-  int64_t beat = 0;
-  Clock::time_point renewed{};
-  bool lost = false;            // taken over meanwhile (we renewed too late): not renewed again
-};
-
-struct Published {
-  std::string owner, key, bundle;
-};
-
-class Coordinator {
- public:
-  void stop(double wait_s);
-  static Coordinator& get() {
-    static constinit PerFork<Coordinator> c;   // never destroyed: its thread may run until exit
-    return c.get();
-  }
-
-  bool offer(Job&& job, const std::function<void(const Job&)>& local);
-  int waiting() {
-    std::lock_guard<std::mutex> g(mu_);
-    return static_cast<int>(inbox_.size() + waiting_.size());
-  }
-  void check_stuck();
-  json status();
-
- private:
-  enum class Phase { kNone, kConnecting, kOn, kOff };
-
-  void run();
-  Status round(const Config& c);
-  Status tend_owned(const Config& c);
-  Status renew_due(const Config& c);
-  Status tend_waiting(const Config& c);
-  Status watch(const std::string& key, const Config& c, Clock::time_point now);
-  Status read_records(const Config& c);
-  void import(const Published& p);
-  void ship_state(const std::string& key);
-  void adopt_state(const std::string& key, const std::string& from);
-  Status finish(const std::string& key, const Owned& o);
-  void give_up(const std::string& why);
-  void go_local(const std::string& key);
-
-  std::string claim_value(const std::string& key, int64_t beat, const char* state, bool record = false) const {
-    return json{{"key", key}, {"owner", me_}, {"beat", beat}, {"state", state}, {"record", record}}.dump();
-  }
-  // Every store call goes through here, so a call that hangs is seen by check_stuck().
-  template <class F>
-  auto call(F f) {
-    call_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-    auto r = f(*store_);
-    call_since_.store(0, std::memory_order_relaxed);
-    return r;
-  }
-  bool off() {
-    std::lock_guard<std::mutex> g(mu_);
-    return phase_ == Phase::kOff;
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Phase phase_ = Phase::kNone;
-  JobStoreAddress addr_;
-  std::string me_ = self_id();
-  std::string error_;
-  std::function<void(const Job&)> local_;
-  std::deque<Job> inbox_;
-  std::map<std::string, Waiting> waiting_;
-  std::map<std::string, Owned> owned_;
-  std::set<std::string> targets_;              // targets of keys missed here
-  std::atomic<int64_t> call_since_{0};         // steady ticks of the store call in flight; 0: none
-  int timeout_ms_ = 3000;
-  uint64_t claimed_ = 0, taken_over_ = 0, published_ = 0, imported_ = 0, refused_ = 0;
-  std::atomic<uint64_t> resumed_{0};
-  std::atomic<bool> stopping_{false};   // process exit: no more rounds, leave the current one
-  std::timed_mutex busy_;               // held by the thread for each round   // taken-over keys that resumed from a shipped search state
-
-  // The coordinator thread's own.
-  std::unique_ptr<JobStore> store_;
-  int64_t next_record_ = 0;
-  Clock::time_point hole_since_{};             // record/<next_record_> counted but not yet set
-  std::vector<Published> stash_;
-};
 
 bool Coordinator::offer(Job&& job, const std::function<void(const Job&)>& local) {
   if (fork_generation() != 0) return false;   // a fork()ed child shares its parent's socket: local
@@ -305,40 +192,6 @@ Status Coordinator::renew_due(const Config& c) {
   return Status::ok();
 }
 
-// The search of an owned key ended here: its record (served or eager_best) goes to the store,
-// then the claim says "ended", so waiting nodes know a record is on its way (or none is).
-Status Coordinator::finish(const std::string& key, const Owned& o) {
-  std::shared_ptr<Record> rec;
-  {
-    auto local = Store::open(State::get().table().dir(), Store::Mode::kReadOnly);
-    if (local) {
-      auto bytes = local.value()->get(key);
-      if (bytes)
-        if (auto r = decode_record(bytes.value()); r && r->state != RecordState::kDisabled)
-          rec = std::make_shared<Record>(std::move(r.value()));
-    }
-  }
-  if (rec) {
-    auto bundle = bundle_of({*rec});
-    if (bundle) {
-      std::string entry;
-      json::to_cbor(json{{"owner", me_}, {"key", key},
-                         {"bundle", json::binary_t(std::vector<uint8_t>(bundle->begin(), bundle->end()))}},
-                    entry);
-      auto n = call([&](JobStore& s) { return s.add("records", 1); });
-      if (!n) return n.status();
-      Status st = call([&](JobStore& s) { return s.set(record_key(n.value() - 1), entry); });
-      KC_RETURN_IF_ERROR(st);
-      std::lock_guard<std::mutex> g(mu_);
-      ++published_;
-    }
-  }
-  if (o.lost) return Status::ok();
-  const std::string ended = claim_value(key, o.beat + 1, "ended", rec != nullptr);
-  auto now = call([&](JobStore& s) { return s.compare_set(claim_key(key), o.claim, ended); });
-  return now ? Status::ok() : now.status();
-}
-
 Status Coordinator::tend_waiting(const Config& c) {
   std::vector<std::string> keys;
   {
@@ -405,116 +258,6 @@ Status Coordinator::watch(const std::string& key, const Config& c, Clock::time_p
   return Status::ok();
 }
 
-// With each renewal the search state goes to the store, so that a node taking the key over
-// resumes from it instead of starting afresh. Best effort: a failure only costs that head start.
-// Called without mu_ held.
-void Coordinator::ship_state(const std::string& key) {
-  const std::string st = local_search_state(key);
-  if (st.empty()) return;
-  (void)call([&](JobStore& s) { return s.set(state_key(key), st); });
-}
-
-// A taken-over key's last shipped search state becomes this cache's, unless it has one. Safe to
-// take from a peer: the state names candidates by family and knobs, which are rendered again
-// here, and whatever is promoted from it still passes the full gauntlet here.
-void Coordinator::adopt_state(const std::string& key, const std::string& from) {
-  auto st = call([&](JobStore& s) { return s.get(state_key(key)); });
-  if (!st || st.value().empty() || !local_search_state(key).empty()) return;
-  auto local = Store::open(State::get().table().dir(), Store::Mode::kWriter, 10000);
-  if (!local || !local.value()->put(search_state_key(key), st.value())) {
-    log(LogLevel::kInfo, "kernelcraft: could not keep the search state of " + key + " from " + from +
-                             "; searching it from the start");
-    return;
-  }
-  ++resumed_;
-  log(LogLevel::kInfo, "kernelcraft: " + key + " resumes from the search state " + from + " shipped");
-}
-
-// Reads records published since the last round and imports those of this process's targets.
-Status Coordinator::read_records(const Config& c) {
-  auto n = call([&](JobStore& s) { return s.add("records", 0); });
-  if (!n) return n.status();
-  {
-    std::set<std::string> targets;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      targets = targets_;
-    }
-    std::vector<Published> later;
-    for (Published& p : stash_) {
-      if (!targets.count(key_target(p.key))) {
-        later.push_back(std::move(p));
-        continue;
-      }
-      if (stopping_.load()) return Status::ok();
-      import(p);
-      KC_RETURN_IF_ERROR(renew_due(c));
-    }
-    stash_ = std::move(later);
-  }
-  while (next_record_ < n.value()) {
-    auto v = call([&](JobStore& s) { return s.get(record_key(next_record_)); });
-    if (!v && v.status().code() != Code::kNotFound) return v.status();
-    if (!v) {   // counted, not written yet; a publisher that died in between leaves a hole
-      if (hole_since_ == Clock::time_point{}) hole_since_ = Clock::now();
-      if (Clock::now() - hole_since_ < std::chrono::duration<double>(c.job_lease_s)) break;
-      hole_since_ = {};
-      ++next_record_;
-      continue;
-    }
-    hole_since_ = {};
-    ++next_record_;
-    auto j = parse_cbor(v.value());
-    if (!j || !j.value().is_object() || !j.value().contains("bundle") || !j.value()["bundle"].is_binary()) continue;
-    const auto& b = j.value()["bundle"].get_binary();
-    Published p{j.value().value("owner", ""), j.value().value("key", ""), std::string(b.begin(), b.end())};
-    if (p.owner == me_ || p.key.empty()) continue;
-    bool known = false;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      known = targets_.count(key_target(p.key)) > 0;
-    }
-    if (stopping_.load()) return Status::ok();
-    if (known) {
-      import(p);
-      KC_RETURN_IF_ERROR(renew_due(c));
-    } else if (stash_.size() < kMaxStashed) {
-      stash_.push_back(std::move(p));
-    }
-  }
-  return Status::ok();
-}
-
-// A peer's record into this node's cache, through bundle import: rebuilt here, stored only if the
-// binary's hash matches, kept if this cache already has a record for the key. Refused: searched here.
-void Coordinator::import(const Published& p) {
-  ImportOptions opts;
-  opts.overwrite = false;
-  opts.job_peer = p.owner;
-  Status why = Status::ok();
-  {
-    auto store = Store::open(State::get().table().dir(), Store::Mode::kWriter, 10000);
-    if (!store) {
-      why = store.status();
-    } else {
-      auto st = import_bundle_bytes(*store.value(), p.bundle, "the job store (" + p.owner + ")", opts);
-      if (!st) why = st.status();
-      else if (st->rejected > 0) why = Status::error(Code::kRejected, st->errors.empty() ? "refused" : st->errors[0]);
-    }
-  }
-  std::unique_lock<std::mutex> g(mu_);
-  if (why) {
-    ++imported_;
-    waiting_.erase(p.key);
-    return;
-  }
-  ++refused_;
-  g.unlock();
-  log_once(LogLevel::kWarn, "job-import-" + p.key, "kernelcraft: the record of " + p.key + " from " + p.owner +
-                                                       " is not taken here (" + why.message() + "); searching it here");
-  go_local(p.key);
-}
-
 // A waiting key is searched here after all.
 void Coordinator::go_local(const std::string& key) {
   std::unique_lock<std::mutex> g(mu_);
@@ -570,7 +313,9 @@ json Coordinator::status() {
           {"resumed", resumed_.load()}, {"waiting", inbox_.size() + waiting_.size()}, {"owned", owned_.size()}};
 }
 
-}  // namespace
+}  // namespace coord
+
+using coord::Coordinator;
 
 bool coordinate(Job&& job, const std::function<void(const Job&)>& local) {
   return Coordinator::get().offer(std::move(job), local);
@@ -580,7 +325,7 @@ int coordinated_waiting() { return Coordinator::get().waiting(); }
 
 void check_job_store() { Coordinator::get().check_stuck(); }
 
-json coordination_status() { return Coordinator::get().status(); }
+nlohmann::json coordination_status() { return Coordinator::get().status(); }
 
 void stop_coordination(double wait_s) { Coordinator::get().stop(wait_s); }
 
