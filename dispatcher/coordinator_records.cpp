@@ -1,6 +1,7 @@
 // Job-wide coordination, its records half: a finished search's record is published to the job
 // store, peers' records are imported into this node's cache, and the search state of an owned key
 // is shipped with each renewal and adopted on a take-over. The protocol is in coordinator.h.
+#include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
