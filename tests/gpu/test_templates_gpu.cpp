@@ -552,7 +552,7 @@ TEST_F(Gpu, Scan) {
   run_all(*this, cs, 2e-6);
 }
 
-// Reductions: rows (odd and vector lengths), columns (odd inner), few outputs (split by default),
+// Reductions: rows (odd and vector lengths, misaligned starts), columns (odd inner), few outputs (split by default),
 // every dim, keepdim over two dims, each dtype; the inputs hold ties, offsets, NaN and infinities
 // (prod: factors near 1, a zero and a NaN; template_gpu_reference.cpp).
 TEST_F(Gpu, Reduction) {
@@ -566,6 +566,11 @@ TEST_F(Gpu, Reduction) {
     cs.push_back({op, {512, 64, 64}, DType::kF32, {{"dim", 0}}, 2, {{{"split", 0}}, {{"split", 64}, {"vec", 4}}}});
     cs.push_back({op, {1000, 16}, DType::kBF16, {{"dim", 0}}, 2});
     cs.push_back({op, {5, 3, 17}, DType::kF16, {{"dim", 1}}, 1});
+    // Rows of any length and start: misaligned heads and tails around the vector loads, rows
+    // shorter than a vector, and split chunks of odd rows.
+    cs.push_back({op, {1000, 77}, DType::kBF16, {{"dim", -1}}, 1, {{{"vec", 8}, {"threads", 32}}}});
+    cs.push_back({op, {64, 3}, DType::kF16, {{"dim", -1}}, 1, {{{"vec", 8}}}});
+    cs.push_back({op, {8, 100003}, DType::kF32, {{"dim", -1}}, 1, {{{"vec", 4}, {"split", 4}, {"unroll", 2}}}});
     if (op == OpId::kMax || op == OpId::kMin || op == OpId::kProd) {   // one int dim; KernelBench's shape
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", 0}}, 1});
       cs.push_back({op, {16, 256, 256}, DType::kF32, {{"dim", 1}, {"keepdim", true}}, 2});
