@@ -29,7 +29,10 @@ def bench(fn, reps=30, budget_s=2.0):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
-        torch.cuda.synchronize()
+        # The end event follows the call on the stream, as in the runtime's timer
+        # (runtime/timing.cpp). A synchronize before it added the host's wake-up and the event's
+        # submission to every call: 13-22 us on the H200, the gap between these medians and the
+        # searches' for the same kernels (docs/PERF.md, 2026-12-04).
         e.record()
         e.synchronize()
         times.append(s.elapsed_time(e))

@@ -84,6 +84,9 @@ CASES = [
     # elementwise losses over 64 MiB of fp32, mean-reduced (eager: a map, then a reduction)
     Case(LLAMA, "nll_loss", (4096, 128256), (1,), dtypes=("bfloat16",)),
     *[Case(KB, a, (16, 1024, 1024)) for a in ("mse_loss", "smooth_l1_loss", "binary_cross_entropy", "bce_with_logits")],
+    # KL divergence as nn.KLDivLoss(reduction="batchmean") calls it (aten::kl_div with a sum,
+    # then a division in Python): log-probabilities against probabilities, 128 MiB a tensor
+    Case(KB, "kl_div", (8192, 4096), (1,), dict(reduction="batchmean")),
 ]
 
 # build(shape, dtype, device, **args) -> (fn, inputs): fn(*inputs) is the call.
@@ -150,6 +153,12 @@ def _pair_loss(f, probs=False, logits=False):
     return Op(build, (0,))
 
 
+def _kl_div(shape, dtype, device, reduction):
+    x = torch.log_softmax(_randn(shape, torch.float32, device), -1).to(dtype)
+    t = torch.softmax(_randn(shape, torch.float32, device), -1).to(dtype)
+    return (lambda a, b: F.kl_div(a, b, reduction=reduction)), [x, t]
+
+
 def _embedding_backward(shape, dtype, device):
     """shape = (tokens, hidden, rows): the gradient of `tokens` looked-up rows of a (rows, hidden)
     table, as the backward of nn.Embedding calls it."""
@@ -183,4 +192,5 @@ OPS = {
     "nll_loss": Op(_nll_loss, (0,)), "mse_loss": _pair_loss(F.mse_loss), "smooth_l1_loss": _pair_loss(F.smooth_l1_loss),
     "binary_cross_entropy": _pair_loss(F.binary_cross_entropy, probs=True),
     "bce_with_logits": _pair_loss(F.binary_cross_entropy_with_logits, logits=True),
+    "kl_div": Op(_kl_div, (0,)),
 }

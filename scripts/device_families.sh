@@ -34,7 +34,9 @@ if [ -n "${REPORT:-}" ]; then
 import json, sys
 r = json.load(open(sys.argv[1]))
 print("report peak:", json.dumps(r.get("peak"))[:600])
-for k in r.get("keys", [])[:12]:
-    print(" ", k.get("state"), k.get("copy_gb_s"), {n: k.get(n) for n in ("speedup", "achieved_gb_s", "peak_fraction") if n in k}, k.get("key", "")[60:170])
+for k in r.get("keys", [])[:16]:   # time to a kernel: the first verified candidate, the best
+    se = k.get("search") or {}
+    print(" ", k.get("state"), k.get("copy_gb_s"), {n: k.get(n) for n in ("speedup", "achieved_gb_s", "peak_fraction") if n in k},
+          {n: se.get(n) for n in ("first_verified_s", "best_found_s")}, k.get("key", "")[35:150])
 PY
 fi
