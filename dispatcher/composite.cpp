@@ -38,8 +38,10 @@ bool register_composite(OpId op) {
     switch (op) {
       case OpId::kCrossEntropy: register_cross_entropy(); return true;
       case OpId::kRmsNorm: register_rms_norm(); return true;
+      case OpId::kKlDiv: register_kl_div(); return true;
       case OpId::kCrossEntropyBackward:
-      case OpId::kRmsNormBackward: return true;   // installed with its forward
+      case OpId::kRmsNormBackward:
+      case OpId::kKlDivBackward: return true;   // installed with its forward
       default: return false;
     }
   } catch (const std::exception& e) {

@@ -1,7 +1,7 @@
 // Composites caught above autograd as one call (runtime/ops.def KC_COMPOSITE rows): a kernel at
 // AutogradCPU / AutogradCUDA that serves kernelcraft's own forward and backward pair, with a C++
 // autograd node between them, or runs PyTorch's composite itself. One file per composite:
-// dispatcher/cross_entropy.cpp, dispatcher/rms_norm.cpp.
+// dispatcher/cross_entropy.cpp, dispatcher/rms_norm.cpp, dispatcher/kl_div.cpp.
 #pragma once
 #include <memory>
 #include <optional>
@@ -95,5 +95,6 @@ bool register_composite(OpId op);
 // One per composite's file: installs its kernel at AutogradCPU and AutogradCUDA; may throw.
 void register_cross_entropy();   // aten::cross_entropy_loss (cross_entropy.cpp)
 void register_rms_norm();        // aten::rms_norm (rms_norm.cpp)
+void register_kl_div();          // aten::kl_div (kl_div.cpp)
 
 }  // namespace kc::dispatch

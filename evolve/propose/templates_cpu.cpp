@@ -59,6 +59,9 @@
 //                        above), wb_rows, wb_cols (as layer norm's backward), fuse (both grads: the
 //                        grad_input pass writes the slab partials), acc, unroll, simd
 //                        (templates_cpu_rms_norm_backward.cpp)
+//   cpu.kl_div           kernelcraft::kl_div: elementwise, or block partial sums in a fixed order
+//                        and a finishing launch (cpu.loss's scheme): elems, simd / acc, unroll
+//   cpu.kl_div_backward  -t g or -exp(t) g, elementwise: elems, simd (templates_cpu_kl_div.cpp)
 // All reductions run in a fixed order, so results do not depend on how blocks are threaded.
 //
 // This file is the registry; the families live in
@@ -87,6 +90,8 @@ const Template* cpu_cross_entropy_template();
 const Template* cpu_cross_entropy_backward_template();
 const Template* cpu_rms_norm_template();
 const Template* cpu_rms_norm_backward_template();
+const Template* cpu_kl_div_template();
+const Template* cpu_kl_div_backward_template();
 
 const std::vector<const Template*>& cpu_templates() {
   static const std::vector<const Template*> v = {cpu_unary_template(false),     cpu_unary_template(true),
@@ -97,7 +102,8 @@ const std::vector<const Template*>& cpu_templates() {
                                                  cpu_loss_template(), cpu_loss_backward_template(),
                                                  cpu_batch_norm_backward_template(), cpu_group_norm_backward_template(), cpu_embedding_backward_template(),
                                                  cpu_cross_entropy_template(), cpu_cross_entropy_backward_template(),
-                                                 cpu_rms_norm_template(), cpu_rms_norm_backward_template()};
+                                                 cpu_rms_norm_template(), cpu_rms_norm_backward_template(),
+                                                 cpu_kl_div_template(), cpu_kl_div_backward_template()};
   return v;
 }
 

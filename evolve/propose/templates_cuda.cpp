@@ -11,7 +11,7 @@
 //
 // This file is the registry; the families live in
 // templates_cuda_<family>.cpp (elementwise, softmax, layer_norm[_backward], ..., cross_entropy[_backward],
-// rms_norm[_backward])
+// rms_norm[_backward], kl_div: forward and backward in one file)
 // and share templates_cuda_common.h.
 #include "evolve/propose/proposer.h"
 
@@ -37,6 +37,8 @@ const Template* cuda_cross_entropy_template();
 const Template* cuda_cross_entropy_backward_template();
 const Template* cuda_rms_norm_template();
 const Template* cuda_rms_norm_backward_template();
+const Template* cuda_kl_div_template();
+const Template* cuda_kl_div_backward_template();
 
 const std::vector<const Template*>& cuda_templates() {
   static const std::vector<const Template*> v = {
@@ -46,7 +48,8 @@ const std::vector<const Template*>& cuda_templates() {
       cuda_pool_global_template(), cuda_pool_backward_template(),
       cuda_loss_template(), cuda_loss_backward_template(), cuda_batch_norm_backward_template(),
       cuda_group_norm_backward_template(), cuda_embedding_backward_template(), cuda_cross_entropy_template(),
-      cuda_cross_entropy_backward_template(), cuda_rms_norm_template(), cuda_rms_norm_backward_template()};
+      cuda_cross_entropy_backward_template(), cuda_rms_norm_template(), cuda_rms_norm_backward_template(),
+      cuda_kl_div_template(), cuda_kl_div_backward_template()};
   return v;
 }
 

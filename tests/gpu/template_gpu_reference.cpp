@@ -385,6 +385,8 @@ std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>&
   if (c.op == OpId::kCrossEntropyBackward) return cross_entropy_backward(c, in);
   if (c.op == OpId::kRmsNorm) return rms_norm(c, in);
   if (c.op == OpId::kRmsNormBackward) return rms_norm_backward(c, in);
+  if (c.op == OpId::kKlDiv) return kl_div(c, in);
+  if (c.op == OpId::kKlDivBackward) return kl_div_backward(c, in);
   return layer_norm(c, in);   // template_gpu_layer_norm.cpp
 }
 
@@ -460,6 +462,8 @@ Vec make_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
     return ce_input(c, t, rng);   // rounded there
   } else if (fam == OpFamily::kRmsNorm || fam == OpFamily::kRmsNormBackward) {
     return rms_input(c, t, rng);   // rounded there
+  } else if (fam == OpFamily::kKlDiv || fam == OpFamily::kKlDivBackward) {
+    return kl_input(c, t, rng);   // rounded there
   } else if (fam == OpFamily::kSoftmaxBackward) {
     const int64_t L = t.sizes.back();
     if (t.name == "grad_output") {

@@ -115,5 +115,9 @@ Vec rms_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
 std::vector<Expect> rms_norm(const OpCall& c, const std::map<std::string, Vec>& in);
 std::vector<Expect> rms_norm_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 Vec rms_rstd(const OpCall& c, const std::map<std::string, Vec>& in);
+// KL divergence (template_gpu_kl_div.cpp): one input's values (rounded) and the references.
+Vec kl_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng);
+std::vector<Expect> kl_div(const OpCall& c, const std::map<std::string, Vec>& in);
+std::vector<Expect> kl_div_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 
 }  // namespace kc::evolve::gpu_ref

@@ -231,6 +231,15 @@ std::vector<Case> cases() {
   }
   for (const json& mask : {json{1, 0}, json{0, 1}})
     v.push_back({OpId::kRmsNormBackward, {33, 1024}, DType::kF32, {{"output_mask", mask}}, 1});
+  // KL divergence: KernelBench's (32768, 4096) batchmean (a sum) in f32 and bf16, every reduction
+  // with log_target both ways, an odd f16 size with a tail.
+  for (OpId op : {OpId::kKlDiv, OpId::kKlDivBackward}) {
+    v.push_back({op, {32768, 4096}, DType::kF32, {{"reduction", 2}}, 2});
+    v.push_back({op, {32768, 4096}, DType::kBF16, {{"reduction", 2}}, 2});
+    for (int64_t r : {0, 1})
+      for (bool lt : {false, true}) v.push_back({op, {37, 1000}, DType::kF32, {{"reduction", r}, {"log_target", lt}}, 1});
+    v.push_back({op, {5, 77}, DType::kF16, {{"reduction", 1}, {"log_target", true}}, 1});
+  }
   return v;
 }
 

@@ -180,5 +180,35 @@ TEST(TemplatesCuda, RmsNormDefaultsAndLaunches) {
   EXPECT_EQ(rbi->launch["launches"].size(), 1u);
 }
 
+// cuda.kl_div: KernelBench's (32768, 4096) batchmean (aten's sum) is a grid of about eight blocks
+// an SM reading 16-byte vectors, then one block folding the partials (two launches, no atomics);
+// a small call is one launch; reduction none and the backward are one elementwise pass.
+TEST(TemplatesCuda, KlDivDefaultsAndLaunches) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    OpCall big = call_of({OpId::kKlDiv, {32768, 4096}, dt, {{"reduction", 2}}});
+    const Template* t = cuda_template_for(big);
+    ASSERT_NE(t, nullptr);
+    auto r = t->render(big, {});
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->knobs.at("vec"), dt == DType::kF32 ? 4 : 8);
+    EXPECT_EQ(r->knobs.at("blocks"), 1056);
+    EXPECT_EQ(r->launch["launches"].size(), 2u);
+    EXPECT_NE(r->launch.dump().find("kc_kl_final"), std::string::npos);
+  }
+  OpCall small = call_of({OpId::kKlDiv, {37, 100}, DType::kF32, {{"reduction", 1}, {"log_target", true}}});
+  auto rs = cuda_template_for(small)->render(small, {});
+  ASSERT_TRUE(rs.is_ok()) << rs.status().to_string();
+  EXPECT_EQ(rs->knobs.at("blocks"), 1);
+  EXPECT_EQ(rs->launch["launches"].size(), 1u);
+  EXPECT_NE(rs->source.find("LOG_T = true"), std::string::npos);
+  for (OpId op : {OpId::kKlDiv, OpId::kKlDivBackward}) {
+    OpCall none = call_of({op, {64, 1000}, DType::kBF16, {{"reduction", 0}}});
+    auto rn = cuda_template_for(none)->render(none, {});
+    ASSERT_TRUE(rn.is_ok()) << rn.status().to_string();
+    EXPECT_EQ(rn->launch["launches"].size(), 1u);
+    EXPECT_EQ(rn->knobs.count("blocks"), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace kc::evolve
