@@ -2,7 +2,9 @@
 #include <ATen/ATen.h>
 #include <ATen/CUDAFunctions.h>
 #include <ATen/ops/binary_cross_entropy_with_logits_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/huber_loss_backward_compositeexplicitautograd_dispatch.h>
 #include <ATen/ops/logsumexp_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/smooth_l1_loss_backward_compositeexplicitautograd_dispatch.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 

@@ -14,7 +14,8 @@
 //     batched input, else 0-dim; total_weight 0-dim; both in self's dtype.
 // Every loss takes `reduction` (0 none, 1 mean, 2 sum; default mean). The backward ops (family
 // LossBackward: mse_loss_backward, binary_cross_entropy_backward, nll_loss_backward,
-// nll_loss2d_backward) take grad_output first and nll's total_weight last; grad_input is self's.
+// nll_loss2d_backward, smooth_l1_loss_backward, huber_loss_backward) take grad_output first, then
+// the forward's arguments (beta, delta included) and nll's total_weight last; grad_input is self's.
 #include "evolve/ops/loss.h"
 
 #include <algorithm>
@@ -221,6 +222,8 @@ OpId loss_forward_of(OpId op) {
     case OpId::kBinaryCrossEntropyBackward: return OpId::kBinaryCrossEntropy;
     case OpId::kNllLossBackward: return OpId::kNllLoss;
     case OpId::kNllLoss2dBackward: return OpId::kNllLoss2d;
+    case OpId::kSmoothL1LossBackward: return OpId::kSmoothL1Loss;
+    case OpId::kHuberLossBackward: return OpId::kHuberLoss;
     default: return op;
   }
 }

@@ -1,6 +1,7 @@
 // Losses (mse_loss, smooth_l1_loss, huber_loss, binary_cross_entropy,
-// binary_cross_entropy_with_logits, nll_loss_forward, nll_loss2d_forward) and their backward ops, torch-free geometry shared by the schema (loss.cpp), the references and the
-// templates: what one term of the loss is, how many terms there are and how they reduce.
+// binary_cross_entropy_with_logits, nll_loss_forward, nll_loss2d_forward) and their backward ops
+// (all but bce with logits'), torch-free geometry shared by the schema (loss.cpp), the references
+// and the templates: what one term of the loss is, how many terms there are and how they reduce.
 #pragma once
 #include <cstdint>
 

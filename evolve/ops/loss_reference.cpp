@@ -2,7 +2,9 @@
 // from the drawn ones) and the error model. Forward: computed over the whole call (`whole`): one
 // condition magnitude per term, then either elementwise (reduction none) or one reduced scalar
 // (mean, sum). Backward: elementwise given grad_output (a few roundings per element, no
-// reduction), so eager's evidence, as the other elementwise families.
+// reduction; smooth_l1's and huber's a branch on d = self - target, continuous at |d| = beta or
+// delta, so a d that rounds across it moves the result by about an ulp; beta 0's jump is at d = 0,
+// which no rounding crosses), so eager's evidence, as the other elementwise families.
 #include "evolve/ops/reference.h"
 
 #include <cmath>
@@ -186,6 +188,8 @@ std::vector<at::Tensor> loss_backward_eager(const OpCall& c, const std::vector<a
     case OpId::kMseLossBackward: return {at::mse_loss_backward(in[0], in[1], in[2], r)};
     case OpId::kBinaryCrossEntropyBackward: return {at::binary_cross_entropy_backward(in[0], in[1], in[2], opt(in[3]), r)};
     case OpId::kNllLossBackward: return {at::nll_loss_backward(in[0], in[1], in[2], opt(in[3]), r, ign, in[4])};
+    case OpId::kSmoothL1LossBackward: return {at::smooth_l1_loss_backward(in[0], in[1], in[2], r, c.double_arg("beta", 1.0))};
+    case OpId::kHuberLossBackward: return {at::huber_loss_backward(in[0], in[1], in[2], r, c.double_arg("delta", 1.0))};
     default: return {at::nll_loss2d_backward(in[0], in[1], in[2], opt(in[3]), r, ign, in[4])};
   }
 }

@@ -1,6 +1,7 @@
 // CPU loss backward template (cpu.loss_backward): mse_loss_backward,
-// binary_cross_entropy_backward, nll_loss_backward and nll_loss2d_backward, fp32, dense, int64
-// nll targets. Part of the CPU op-family templates (overview in templates_cpu.cpp).
+// binary_cross_entropy_backward, smooth_l1_loss_backward, huber_loss_backward, nll_loss_backward
+// and nll_loss2d_backward, fp32, dense, int64 nll targets. Part of the CPU op-family templates
+// (overview in templates_cpu.cpp).
 //
 // Elementwise: blocks of `elems` elements of grad_input, each written once from grad_output (one
 // value for mean / sum, one per element for none). nll: blocks of `elems` targets; each writes the
@@ -16,13 +17,31 @@ namespace {
 using namespace cpu_tpl;
 using nlohmann::json;
 
-// As eager forms it: mse norm (x - t) g, norm = 2 (/ n); bce g (x - t) / max((1 - x) x, 1e-12),
-// times w, over n for the mean.
-const char* kElementwise = R"K(static inline float kc_grad(float g, float x, float t, float w, int64_t n) {
+// KC_KIND of the elementwise kinds (the nll body does not read it).
+std::string kind_value(LossKind k) {
+  switch (k) {
+    case LossKind::kMse: return "0";
+    case LossKind::kSmoothL1: return "2";
+    case LossKind::kHuber: return "3";
+    default: return "1";
+  }
+}
+
+// As CPU eager forms it (ATen's cpu/PointwiseOpsKernel.cpp, the vectorized path, which its scalar
+// tail agrees with): mse norm (x - t) g, norm = 2 (/ n); smooth_l1 norm o g with o = sign-like
+// (d > 0 ? 1 : -1) where |d| >= beta, else d / beta: so beta 0 gives -norm g at d = 0 and NaN
+// stays NaN (the comparison fails); huber the same with o = +-delta or d; norm = 1 (/ n);
+// bce g (x - t) / max((1 - x) x, 1e-12), times w, over n for the mean.
+const char* kElementwise = R"K(static inline float kc_grad(float g, float x, float t, float w, float p, int64_t n) {
   float v;
   (void)w;
+  (void)p;
   if (KC_KIND == 0) {
     v = (float)(KC_MEAN ? 2.0 / (double)n : 2.0) * (x - t) * g;
+  } else if (KC_KIND == 2 || KC_KIND == 3) {
+    const float d = x - t, s = d > 0.f ? 1.f : -1.f;
+    const float o = fabsf(d) >= p ? (KC_KIND == 2 ? s : s * p) : (KC_KIND == 2 ? d / p : d);
+    v = (float)(KC_MEAN ? 1.0 / (double)n : 1.0) * o * g;
   } else {
     const float d = (1.f - x) * x;
     v = g * (x - t) / (d < 1e-12f ? 1e-12f : d);
@@ -39,7 +58,7 @@ const char* kElementwiseBody = R"K(  (void)w;
   for (int64_t b = ctx->begin; b < ctx->end; ++b) {
     const int64_t lo = b * per, hi = (b + 1) * per < n ? (b + 1) * per : n;
 @IVDEP@    for (int64_t i = lo; i < hi; ++i)
-      out[i] = kc_grad(KC_GSCALAR ? g0 : go[i], x[i], t[i], KC_HAS_W ? w[i] : 1.f, n);
+      out[i] = kc_grad(KC_GSCALAR ? g0 : go[i], x[i], t[i], KC_HAS_W ? w[i] : 1.f, p, n);
   }
 )K";
 
@@ -82,7 +101,7 @@ class LossBackwardTemplate : public Template {
     const std::string opname = op_info(c.op).name, entry = "kc_cpu_" + opname;
     std::string src = head(name(), opname + (g.weighted ? " weighted" : "") + (g.elementwise() ? " none" : " reduced"),
                            k.value()) +
-                      "#define KC_KIND " + (g.kind == LossKind::kMse ? "0" : "1") + "\n#define KC_HAS_W " +
+                      "#define KC_KIND " + kind_value(g.kind) + "\n#define KC_HAS_W " +
                       (g.weighted ? "1" : "0") + "\n#define KC_MEAN " + (g.reduction == LossReduction::kMean ? "1" : "0") +
                       "\n#define KC_GSCALAR " + (g.elementwise() ? "0" : "1") + "\n";
     Args a;
@@ -99,6 +118,7 @@ class LossBackwardTemplate : public Template {
     else a.nullptr_decl("const float*", "w");
     const std::string n = nll ? "numel(target)" : "numel(self)";
     a.i64("n", n);
+    if (!nll) a.f32("p", c.scalar("beta") ? "beta" : c.scalar("delta") ? "delta" : "0");
     if (nll) {
       a.ptr("const float*", "total", "total_weight");
       a.i64("C", str(g.classes));
@@ -129,6 +149,8 @@ class LossBackwardTemplate : public Template {
       return t->dtype == DType::kI64 && tw && tw->defined && tw->dtype == DType::kF32 && tw->numel() == 1;
     }
     if (t->dtype != DType::kF32 || t->sizes != x->sizes || (w && w->defined && w->sizes != x->sizes)) return false;
+    if (g.kind == LossKind::kSmoothL1 && g.param < 0) return false;   // no forward takes these
+    if (g.kind == LossKind::kHuber && g.param <= 0) return false;
     return !g.elementwise() || go->sizes == x->sizes;
   }
 };

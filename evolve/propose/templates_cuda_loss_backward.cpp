@@ -1,7 +1,9 @@
 // CUDA loss backward template (cuda.loss_backward): mse_loss_backward,
-// binary_cross_entropy_backward, nll_loss_backward and nll_loss2d_backward over dense tensors,
-// f32 / f16 / bf16, fp32 math. One elementwise pass over grad_input, VEC elements a thread,
-// UNROLL vectors a round; grad_output is one value (reduction mean / sum) or one per term (none).
+// binary_cross_entropy_backward, smooth_l1_loss_backward, huber_loss_backward, nll_loss_backward
+// and nll_loss2d_backward over dense tensors, f32 / f16 / bf16, fp32 math (halves' eager rounds
+// each step to the half, and its norm and beta too). One elementwise pass over grad_input, VEC
+// elements a thread, UNROLL vectors a round; grad_output is one value (reduction mean / sum) or
+// one per term (none).
 // nll writes every element of grad_input once, the picked class's gradient or 0, where eager
 // zero-fills grad_input and then scatters (two passes). A target that is neither ignore_index nor
 // a class gives NaN at its picks' row (eager raises; a kernel must not read outside its tensors).
@@ -13,6 +15,16 @@ namespace {
 
 using namespace cuda_tpl;
 using nlohmann::json;
+
+// KIND of the elementwise kinds (the nll kernel does not read it).
+std::string kind_value(LossKind k) {
+  switch (k) {
+    case LossKind::kMse: return "0";
+    case LossKind::kSmoothL1: return "2";
+    case LossKind::kHuber: return "3";
+    default: return "1";
+  }
+}
 
 const char* kCommon = R"CU(
 struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
@@ -28,13 +40,21 @@ template <class F> __device__ __forceinline__ void kc_each(long long n, F fn) {
 }
 )CU";
 
-// d(loss)/d(self) of one element as eager forms it: mse norm (x - t) g with norm = 2 (/ n);
-// bce g (x - t) / max((1 - x) x, 1e-12), times w, over n for the mean.
+// d(loss)/d(self) of one element as CUDA eager forms it (ATen's cuda/PointwiseOpsKernel.cu): mse
+// norm (x - t) g with norm = 2 (/ n); smooth_l1 with d = x - t: -norm g below -beta, norm g above
+// beta, else norm d g / beta, so beta 0 gives 0 / 0 = NaN at d = 0 (CPU eager gives -norm g
+// there), and NaN falls through to the last branch; huber the same with norm g delta and norm d
+// g; norm = 1 (/ n); bce g (x - t) / max((1 - x) x, 1e-12), times w, over n for the mean.
 const char* kElementwise = R"CU(
-__device__ __forceinline__ float kc_grad(float g, float x, float t, float w, long long n) {
+__device__ __forceinline__ float kc_grad(float g, float x, float t, float w, float p, long long n) {
   float v;
   if constexpr (KIND == 0) {
     v = (float)(MEAN ? 2.0 / (double)n : 2.0) * (x - t) * g;
+  } else if constexpr (KIND == 2 || KIND == 3) {
+    const float d = x - t, nm = (float)(MEAN ? 1.0 / (double)n : 1.0);
+    if (d < -p) v = KIND == 2 ? -nm * g : -nm * g * p;
+    else if (d > p) v = KIND == 2 ? nm * g : nm * g * p;
+    else v = KIND == 2 ? nm * d * g / p : nm * d * g;
   } else {
     const float d = (1.f - x) * x;
     v = g * (x - t) / (d < 1e-12f ? 1e-12f : d);
@@ -44,7 +64,7 @@ __device__ __forceinline__ float kc_grad(float g, float x, float t, float w, lon
   return v;
 }
 extern "C" __global__ void __launch_bounds__(NT) kc_loss_grad(T* __restrict__ out, const T* __restrict__ go,
-    const T* __restrict__ x, const T* __restrict__ t KC_W_PARAM, long long n) {
+    const T* __restrict__ x, const T* __restrict__ t KC_W_PARAM, long long n, float p) {
   KC_W_LOCAL
   const float g0 = GSCALAR ? ld(go[0]) : 0.f;
   kc_each(n, [&](long long i, int cnt) {
@@ -55,10 +75,10 @@ extern "C" __global__ void __launch_bounds__(NT) kc_loss_grad(T* __restrict__ ou
       if constexpr (HAS_W) wv = *reinterpret_cast<const V*>(w + i);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        o.v[e] = st(kc_grad(GSCALAR ? g0 : ld(gv.v[e]), ld(xv.v[e]), ld(tv.v[e]), HAS_W ? ld(wv.v[e]) : 1.f, n));
+        o.v[e] = st(kc_grad(GSCALAR ? g0 : ld(gv.v[e]), ld(xv.v[e]), ld(tv.v[e]), HAS_W ? ld(wv.v[e]) : 1.f, p, n));
       *reinterpret_cast<V*>(out + i) = o;
     } else {
-      out[i] = st(kc_grad(GSCALAR ? g0 : ld(go[i]), ld(x[i]), ld(t[i]), HAS_W ? ld(w[i]) : 1.f, n));
+      out[i] = st(kc_grad(GSCALAR ? g0 : ld(go[i]), ld(x[i]), ld(t[i]), HAS_W ? ld(w[i]) : 1.f, p, n));
     }
   });
 }
@@ -140,7 +160,7 @@ class LossBackwardTemplate : public Template {
     const int64_t nt = k.at("threads"), vec = k.at("vec"), u = k.at("unroll");
     std::string src = "// kernelcraft cuda.loss_backward " + std::string(op_info(c.op).name) + " " + dtype_name(f.dt) +
                       "\n" + dtype_prelude(f.dt) + "constexpr int NT = " + S(nt) + ", VEC = " + S(vec) +
-                      ", UNROLL = " + S(u) + ", KIND = " + (f.g.kind == LossKind::kMse ? "0" : "1") + ";\n" +
+                      ", UNROLL = " + S(u) + ", KIND = " + kind_value(f.g.kind) + ";\n" +
                       "constexpr bool HAS_W = " + (f.g.weighted ? "true" : "false") +
                       ", MEAN = " + (f.g.reduction == LossReduction::kMean ? "true" : "false") +
                       ", GSCALAR = " + (f.g.elementwise() ? "false" : "true") +
@@ -154,7 +174,7 @@ class LossBackwardTemplate : public Template {
     if (f.g.weighted) args.push_back("ptr:weight");
     if (nll) args.insert(args.end(), {"ptr:total_weight", "i64:numel(self)", "i32:" + S(f.g.classes),
                                       "i64:" + S(f.g.spatial), "i64:ignore_index"});
-    else args.push_back("i64:numel(self)");
+    else args.insert(args.end(), {"i64:numel(self)", c.scalar("beta") ? "f32:beta" : c.scalar("delta") ? "f32:delta" : "f32:0"});
     const std::string rounds = "max(1, ceil_div(numel(self) / " + S(vec) + ", " + S(nt * u) + "))";
     const std::string grid = k.at("gs") ? "min(" + rounds + ", " + S(kSms * (2048 / nt)) + ")" : rounds;
     const std::string entry = nll ? "kc_nll_grad" : "kc_loss_grad";
@@ -179,6 +199,8 @@ class LossBackwardTemplate : public Template {
       return t->dtype == DType::kI64 && tw && tw->defined && tw->dtype == f.dt && tw->numel() == 1 && f.g.classes <= INT_MAX;
     }
     if (t->dtype != f.dt || t->sizes != x->sizes || (w && w->defined && w->sizes != x->sizes)) return false;
+    if (f.g.kind == LossKind::kSmoothL1 && f.g.param < 0) return false;   // no forward takes these
+    if (f.g.kind == LossKind::kHuber && f.g.param <= 0) return false;
     return !f.g.elementwise() || go->sizes == x->sizes;
   }
 };

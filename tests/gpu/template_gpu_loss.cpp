@@ -1,5 +1,6 @@
 // The loss families in the CUDA template tests: their inputs (bce probabilities with exact 0 and 1,
-// bce with logits' saturating logits and positive pos_weight, class targets with ignored entries, non-negative class weights) and fp64 references with
+// bce with logits' saturating logits and positive pos_weight, class targets with ignored entries, non-negative class weights,
+// smooth_l1's and huber's backward branch edges) and fp64 references with
 // per-element scales (template_gpu_reference.h).
 #include <cmath>
 
@@ -29,6 +30,17 @@ Vec loss_input(const OpCall& c, const TensorMeta& t, std::mt19937_64& rng) {
   const double edge[] = {30, -30, 90, -90, 200, -200, 0};
   if (g.kind == LossKind::kBceLogits && t.name == "self")
     for (size_t i = 5; i < v.size(); i += 53) v[i] = edge[(i / 53) % 7];
+  // smooth_l1's and huber's backward: d = 0 and -0, d = +-p exactly (0.25 +- p: exact in every
+  // dtype for the cases' p), NaN, where CUDA eager's branches decide.
+  if (op_info(c.op).family == OpFamily::kLossBackward && (g.kind == LossKind::kSmoothL1 || g.kind == LossKind::kHuber) &&
+      v.size() >= 8 && t.name != "grad_output") {
+    const bool self = t.name == "self";
+    v[1] = 0.75;
+    v[2] = self ? -0.0 : 0.0;
+    v[3] = self ? 0.25 + g.param : 0.25;
+    v[4] = self ? 0.25 - g.param : 0.25;
+    if (self) v[5] = NAN;
+  }
   return v;
 }
 
@@ -106,7 +118,8 @@ double nll_total_weight(const OpCall& c, const std::map<std::string, Vec>& in) {
 
 // grad_input, with a scale of its own magnitude (a few roundings of one product): mse
 // norm (x - t) g, bce g (x - t) / max((1 - x) x, 1e-12) w (/ n), nll -w[c] g (mean: g / W) at
-// each non-ignored pick and 0 elsewhere.
+// each non-ignored pick and 0 elsewhere; smooth_l1 and huber in CUDA eager's branches
+// (templates_cuda_loss_backward.cpp: beta 0 gives NaN at d = 0, NaN stays NaN).
 std::vector<Expect> loss_backward(const OpCall& c, const std::map<std::string, Vec>& in) {
   const LossGeom g = loss_geometry(c).value();
   const Vec& x = in.at("self");
@@ -128,8 +141,15 @@ std::vector<Expect> loss_backward(const OpCall& c, const std::map<std::string, V
     }
     return {e};
   }
+  const bool huber = g.kind == LossKind::kHuber;
   for (size_t i = 0; i < x.size(); ++i) {
     const double gv = go[g.elementwise() ? i : 0];
+    if (huber || g.kind == LossKind::kSmoothL1) {
+      const double d = x[i] - t[i], p = g.param, nm = mean ? 1 / n : 1.0, lin = huber ? p : 1.0;
+      e.ref[i] = d < -p ? -nm * gv * lin : d > p ? nm * gv * lin : nm * d * gv / (huber ? 1.0 : p);
+      e.scale[i] = std::fabs(e.ref[i]);
+      continue;
+    }
     e.ref[i] = g.kind == LossKind::kMse ? (mean ? 2 / n : 2.0) * (x[i] - t[i]) * gv
                                         : gv * (x[i] - t[i]) / std::max((1 - x[i]) * x[i], 1e-12) * (w ? (*w)[i] : 1.0) /
                                               (mean ? n : 1.0);

@@ -514,7 +514,8 @@ TEST_F(Gpu, BceWithLogits) {
   run_all(*this, cs, 2e-5);
 }
 
-// Loss backward: every reduction, vector tails, weights, ignored targets, 1d nll, nll2d, halves.
+// Loss backward: every reduction, vector tails, weights, ignored targets, 1d nll, nll2d, halves;
+// smooth_l1 (beta 0: a sign, NaN at d = 0 as CUDA eager) and huber at their branch edges.
 TEST_F(Gpu, LossBackward) {
   std::vector<Case> cs;
   for (int64_t r : {0, 1, 2}) {
@@ -523,6 +524,10 @@ TEST_F(Gpu, LossBackward) {
     cs.push_back({OpId::kMseLossBackward, {4099}, DType::kBF16, red, 2});
     cs.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
     cs.push_back({OpId::kBinaryCrossEntropyBackward, {513, 7}, DType::kF16, red, 2});
+    cs.push_back({OpId::kSmoothL1LossBackward, {1000003}, DType::kF32, {{"reduction", r}, {"beta", 0.5}}, 3});
+    cs.push_back({OpId::kSmoothL1LossBackward, {4099}, DType::kF16, {{"reduction", r}, {"beta", 0.0}}, 2});
+    cs.push_back({OpId::kHuberLossBackward, {513, 7}, DType::kBF16, {{"reduction", r}, {"delta", 2.0}}, 2});
+    cs.push_back({OpId::kHuberLossBackward, {77777}, DType::kF32, {{"reduction", r}, {"delta", 0.7}}, 2});
     cs.push_back({OpId::kNllLossBackward, {37, 11}, DType::kF32, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}}, 3});
     cs.push_back({OpId::kNllLossBackward, {1024, 32000}, DType::kBF16, red, 2});
     cs.push_back({OpId::kNllLossBackward, {7}, DType::kF32, {{"reduction", r}, {"weight", true}}, 1});

@@ -35,6 +35,12 @@ CASES = [
      "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), weight=x.abs(), pos_weight=w(16))"),
     # CompositeExplicitAutograd: no CPU kernel of its own; the interception sits at the CPU key
     ("logsumexp", "64x300", "f32", {"dim": [1]}, "torch.logsumexp(x, 1)"),
+    # The same, and reached only through autograd: the forward's derivative calls them (grad_output
+    # a 0-dim one for mean and sum)
+    ("smooth_l1_loss_backward", "64x16", "f32", {"beta": 0.5},
+     "torch.autograd.grad(F.smooth_l1_loss(l := x.detach().requires_grad_(), torch.sin(x), beta=0.5), l)[0]"),
+    ("huber_loss_backward", "64x16", "f32", {"reduction": 2, "delta": 0.7},
+     "torch.autograd.grad(F.huber_loss(l := x.detach().requires_grad_(), torch.cos(x), reduction='sum', delta=0.7), l)[0]"),
 ]
 EPS = {"f32": 1.2e-7, "bf16": 7.8e-3, "f16": 9.8e-4}
 

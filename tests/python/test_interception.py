@@ -171,6 +171,28 @@ def test_a_composite_eager_intercepts_nothing_inside(fresh_cache):
     assert set(ops) <= {"aten::binary_cross_entropy_with_logits", "aten::logsumexp"}, ops
 
 
+def test_loss_backward_composites_are_caught_as_one_op(fresh_cache):
+    """smooth_l1_loss_backward and huber_loss_backward have no CPU kernel (CompositeExplicitAutograd):
+    caught at the CPU key, each call is one miss of its own key, and eager's answer is kept bit for
+    bit, at the branch edges too (d = 0 with beta 0, where CPU eager gives -grad, d = +-beta, NaN)."""
+    before = set(kc.missed_keys())
+    x = torch.tensor([0.0, 0.5, -0.5, float("nan"), 2.0, -3.0, 1e-30, -0.0] * 3)
+    t = torch.zeros_like(x)
+    g = torch.tensor(0.75)
+    calls = [lambda: torch.ops.aten.smooth_l1_loss_backward(g, x, t, 1, 0.5),
+             lambda: torch.ops.aten.smooth_l1_loss_backward(g, x, t, 2, 0.0),
+             lambda: torch.ops.aten.huber_loss_backward(torch.ones_like(x), x, t, 0, 0.5)]
+    got = [f() for f in calls]
+    s = status()
+    assert s["ops"]["smooth_l1_loss_backward"]["misses"] == 2 and s["ops"]["huber_loss_backward"]["misses"] == 1
+    ops = sorted({k.split("|")[2] for k in set(kc.missed_keys()) - before})
+    assert ops == ["aten::huber_loss_backward", "aten::smooth_l1_loss_backward"], ops
+    assert got[1][0].item() == -0.75   # beta 0, d = 0: the vectorized CPU kernel's -1
+    want = [eager(lambda _, f=f: f(), None) for f in calls]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
 def test_disable_some_ops(fresh_cache):
     x = torch.randn(4, 4)
     kc.disable(["relu"])

@@ -394,7 +394,9 @@ std::vector<Case> loss_cases() {
 }
 
 // Loss backward: every reduction (grad_output one value or one per term), weights, ignored
-// targets, 1d nll, nll2d, a long nll row (several targets a block).
+// targets, 1d nll, nll2d, a long nll row (several targets a block); smooth_l1 with beta 0.5 and 0
+// (a sign, -1 at d = 0 on CPU) and huber with delta 2, with d = 0, -0, +-beta exactly and NaN
+// (template_cpu_loss.cpp edge_inputs).
 std::vector<Case> loss_backward_cases() {
   std::vector<Case> v;
   auto add = [&](OpId op, std::vector<int64_t> s, json a) {
@@ -404,7 +406,10 @@ std::vector<Case> loss_backward_cases() {
     for (const auto& s : std::vector<std::vector<int64_t>>{{1}, {3, 37}, {70001}}) {
       add(OpId::kMseLossBackward, s, {{"reduction", r}});
       add(OpId::kBinaryCrossEntropyBackward, s, {{"reduction", r}, {"weight", r != 2}});
+      add(OpId::kSmoothL1LossBackward, s, {{"reduction", r}, {"beta", 0.5}});
+      add(OpId::kHuberLossBackward, s, {{"reduction", r}, {"delta", 2.0}});
     }
+    add(OpId::kSmoothL1LossBackward, {7, 100}, {{"reduction", r}, {"beta", 0.0}});
     add(OpId::kNllLossBackward, {37, 11}, {{"reduction", r}, {"weight", true}, {"ignore_index", 3}});
     add(OpId::kNllLossBackward, {300, 1000}, {{"reduction", r}});
     add(OpId::kNllLossBackward, {7}, {{"reduction", r}, {"weight", true}});

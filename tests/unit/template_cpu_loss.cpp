@@ -1,6 +1,6 @@
 // The loss families in the CPU template tests: their inputs (bce probabilities with exact 0 and 1,
 // bce with logits' saturating logits and positive pos_weight, int64 class targets with ignored entries, non-negative class weights; a backward's forward
-// inputs and nll's total weight) and double-precision references with per-element scales
+// inputs, smooth_l1's and huber's branch edges and nll's total weight) and double-precision references with per-element scales
 // (template_cpu_reference.h).
 #include <cmath>
 #include <cstring>
@@ -110,12 +110,33 @@ void forward_inputs(const LossGeom& g, Buffers& b, uint64_t seed) {
     for (auto& v : b["weight"]) v = std::fabs(v) + 0.01f;
 }
 
-// The gradient of self's element i (elementwise losses) with a scale of a few roundings of it.
+// smooth_l1's and huber's backward: CPU eager's branches at their edges (d = 0 and -0, d = +-p
+// exactly, NaN); exact in float for p = 0.5, 2 and 0 (0.25 +- p).
+void edge_inputs(const LossGeom& g, Buffers& b) {
+  auto& x = b["self"];
+  auto& t = b["target"];
+  if ((g.kind != LossKind::kSmoothL1 && g.kind != LossKind::kHuber) || x.size() < 8) return;
+  const float p = static_cast<float>(g.param);
+  x[1] = t[1];
+  x[2] = -0.f, t[2] = 0.f;
+  t[3] = t[4] = 0.25f;
+  x[3] = 0.25f + p, x[4] = 0.25f - p;
+  x[5] = NAN;
+}
+
+// The gradient of self's element i (elementwise losses) with a scale of a few roundings of it;
+// smooth_l1 and huber as CPU eager branches (templates_cpu_loss_backward.cpp says how).
 double elementwise_grad(const OpCall& c, const LossGeom& g, Buffers& b, size_t i) {
   const double x = b["self"][i], t = b["target"][i], w = g.weighted ? b["weight"][i] : 1.0;
   const double go = b["grad_output"][g.elementwise() ? i : 0], n = static_cast<double>(g.terms);
   const bool mean = g.reduction == LossReduction::kMean;
   if (c.op == OpId::kMseLossBackward) return (mean ? 2.0 / n : 2.0) * (x - t) * go;
+  if (g.kind == LossKind::kSmoothL1 || g.kind == LossKind::kHuber) {
+    const double d = x - t, p = g.param, s = d > 0 ? 1.0 : -1.0;
+    const bool lin = std::fabs(d) >= p;   // false for NaN
+    const double o = g.kind == LossKind::kSmoothL1 ? (lin ? s : d / p) : (lin ? s * p : d);
+    return (mean ? 1.0 / n : 1.0) * o * go;
+  }
   return go * (x - t) / std::max((1 - x) * x, 1e-12) * w / (mean ? n : 1.0);
 }
 
@@ -139,6 +160,7 @@ void nll_grad(const LossGeom& g, Buffers& b, Expect& e) {
 void loss_inputs(const OpCall& c, Buffers& b, uint64_t seed) {
   const LossGeom g = loss_geometry(c).value();
   forward_inputs(g, b, seed);
+  if (b.count("grad_output")) edge_inputs(g, b);
   if (!b.count("total_weight")) return;
   // nll backward: the forward's total weight (0 without reduction on a batched self).
   double W = 0;
