@@ -1,7 +1,8 @@
 // CUDA reduction template (cuda.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
 // var_mean, std_mean, linalg_vector_norm, max.dim, min.dim, prod.dim_int and logsumexp over one
 // block of adjacent dims.
-// Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
+// Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h, the fold state
+// of each kind in templates_cuda_reduction_states.cpp.
 //
 // The input is viewed as [outer, r, inner] (reduction.h). Every op is a fold state S with
 // kc_init / kc_add (one element and its index along r) / kc_merge / kc_store, so one set of
@@ -19,10 +20,10 @@
 // (ATen's CUDA comparators order equal values and NaNs by index), whatever the merge order
 // (kc_better compares indices).
 #include <climits>
-#include <cstdio>
 
 #include "evolve/ops/reduction.h"
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_reduction.h"
 
 namespace kc::evolve {
 namespace {
@@ -186,156 +187,7 @@ extern "C" __global__ void __launch_bounds__(NT) kc_red_cols_part(S* __restrict_
 }
 )CU";
 
-// A float literal of v in device code ("3f" is not one).
-std::string flit(double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, "((float)%.17g)", v);
-  return b;
-}
-
-// The fold state of each kind (device code): S, kc_init, kc_add, kc_merge, kc_shfl, kc_store.
-std::string fold_state(const ReduceGeom& g, bool exp2) {
-  const ReduceKind k = g.kind;
-  const bool pick = k == ReduceKind::kMax || k == ReduceKind::kMin || (k == ReduceKind::kNorm && g.ord != NormOrd::kP);
-  if (indexed(k)) {
-    const char* cmp = selects_max(k) ? ">" : "<";
-    // argmax stores the index; max.dim the value (exact: it is an input) and the index.
-    const char* store = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin ? "out0[o] = s.i;"
-                                                                             : "out0[o] = sto(s.v); out1[o] = s.i;";
-    return std::string(R"CU(struct S { float v; long long i; };
-__device__ __forceinline__ S kc_init() { return S{)CU") + (selects_max(k) ? "-KC_INF" : "KC_INF") +
-           R"CU(, 0x7fffffffffffffffLL}; }
-// a (at index ia) beats b: NaN beats numbers, then the better value, then the lower index.
-__device__ __forceinline__ bool kc_better(float a, long long ia, float b, long long ib) {
-  if (a != a) return b == b || ia < ib;
-  if (b != b) return false;
-  return a )CU" + cmp + R"CU( b || (a == b && ia < ib);
-}
-__device__ __forceinline__ void kc_add(S& s, float v, long long j) { if (kc_better(v, j, s.v, s.i)) { s.v = v; s.i = j; } }
-__device__ __forceinline__ void kc_merge(S& a, const S& b) { if (kc_better(b.v, b.i, a.v, a.i)) a = b; }
-__device__ __forceinline__ S kc_shfl(const S& s, int o) {
-  return S{__shfl_down_sync(0xffffffffu, s.v, o), __shfl_down_sync(0xffffffffu, s.i, o)};
-}
-__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { )CU" + store + " }\n";
-  }
-  if (welford(k)) {
-    const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
-    const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
-    const std::string corr = flit(g.correction);
-    return std::string(R"CU(struct S { float n, m, q; };   // Welford: count, mean, sum of squared deviations
-__device__ __forceinline__ S kc_init() { return S{0.f, 0.f, 0.f}; }
-__device__ __forceinline__ void kc_add(S& s, float v, long long) {
-  s.n += 1.f;
-  const float d = v - s.m;
-  s.m += d / s.n;
-  s.q += d * (v - s.m);
-}
-// Chan's merge; a state with no elements leaves the other unchanged.
-__device__ __forceinline__ void kc_merge(S& a, const S& b) {
-  if (b.n == 0.f) return;
-  if (a.n == 0.f) { a = b; return; }
-  const float n = a.n + b.n, d = b.m - a.m, f = b.n / n;
-  a.m += d * f;
-  a.q += b.q + d * d * a.n * f;
-  a.n = n;
-}
-__device__ __forceinline__ S kc_shfl(const S& s, int o) {
-  return S{__shfl_down_sync(0xffffffffu, s.n, o), __shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.q, o)};
-}
-__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) {
-  const float div = fmaxf(s.n - )CU") + corr + R"CU(, 0.f);
-  const float var = s.q / div;
-  out0[o] = sto()CU" + (sd ? "sqrtf(var)" : "var") + ");\n" + (two ? "  out1[o] = sto(s.m + 0.f * s.q);   // NaN once the fold met inf or NaN, as Welford does\n" : "") + "}\n";
-  }
-  if (k == ReduceKind::kLogSumExp)
-    // Online: the running max m and the sum s of exp(x - m). Equal values add 1 (a row of
-    // infinities: inf - inf is NaN), a NaN makes s NaN for good, and an empty state (m = -inf,
-    // s = 0) merges as nothing. Not __expf: the static check refuses approximate intrinsics.
-    // Knob exp2: exp(x) as exp2f(x * log2 e), fewer instructions an element than expf's range
-    // reduction; the search keeps whichever is faster. Both are within 2 ulp; rounding the
-    // product costs about |x| ulp of a term exp(x) that is e^|x| below the row's largest.
-    return std::string(exp2 ? "__device__ __forceinline__ float kc_exp(float x) { return exp2f(x * 1.44269504088896341f); }\n"
-                            : "__device__ __forceinline__ float kc_exp(float x) { return expf(x); }\n") +
-           R"CU(struct S { float m, s; };
-__device__ __forceinline__ S kc_init() { return S{-KC_INF, 0.f}; }
-__device__ __forceinline__ void kc_add(S& a, float v, long long) {
-  if (v > a.m) { a.s = a.s * kc_exp(a.m - v) + 1.f; a.m = v; }
-  else a.s += v == a.m ? 1.f : kc_exp(v - a.m);
-}
-// The larger max's own sum is not rescaled: inf - inf would be NaN.
-__device__ __forceinline__ void kc_merge(S& a, const S& b) {
-  if (b.m == a.m) { a.s += b.s; return; }
-  if (b.m > a.m) { a.s = a.s * kc_exp(a.m - b.m) + b.s; a.m = b.m; }
-  else a.s += b.s * kc_exp(b.m - a.m);
-}
-// A chunk: its max first (independent of the running state), one exp a value, one merge; a NaN
-// (which fmaxf skips) reaches the sum through its exp.
-#define KC_ADD_N 1
-template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], J) {
-  float m = f[0];
-#pragma unroll
-  for (int q = 1; q < N; ++q) m = fmaxf(m, f[q]);
-  float s = 0.f;
-#pragma unroll
-  for (int q = 0; q < N; ++q) s += f[q] == m ? 1.f : kc_exp(f[q] - m);
-  kc_merge(a, S{m, s});
-}
-__device__ __forceinline__ S kc_shfl(const S& s, int o) {
-  return S{__shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.s, o)};
-}
-// A warp in two cheap steps instead of five merges (an exp and branches each): the largest max
-// by shuffles, then every lane's sum rescaled to it once and added by shuffles. A lane at that
-// max (+inf among them) is not rescaled; an empty lane adds 0 * exp(-inf) = 0.
-#define KC_WARP 1
-__device__ __forceinline__ S kc_warp(S a) {
-  float m = a.m;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  float s = a.m == m ? a.s : a.s * kc_exp(a.m - m);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  return S{m, s};
-}
-__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s.m + logf(s.s)); }
-)CU";
-  std::string s = "typedef float S;\n__device__ __forceinline__ S kc_shfl(const S& s, int o) { return __shfl_down_sync(0xffffffffu, s, o); }\n";
-  if (pick) {
-    const bool max = k == ReduceKind::kMax || (k == ReduceKind::kNorm && g.ord == NormOrd::kInf);
-    const std::string w = k == ReduceKind::kNorm ? "fabsf(v)" : "v";
-    const char* cmp = max ? ">" : "<";
-    // NaN is sticky: once the state is NaN no comparison replaces it.
-    return s + "__device__ __forceinline__ S kc_init() { return " + (max ? "-KC_INF" : "KC_INF") + "; }\n" +
-           "__device__ __forceinline__ void kc_merge(S& a, const S& b) { if (b " + cmp + " a || b != b) a = b; }\n" +
-           "__device__ __forceinline__ void kc_add(S& s, float v, long long) { kc_merge(s, " + w + "); }\n" +
-           "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s); }\n";
-  }
-  if (k == ReduceKind::kProd)
-    return s + "__device__ __forceinline__ S kc_init() { return 1.f; }\n" +
-           "__device__ __forceinline__ void kc_merge(S& a, const S& b) { a *= b; }\n" +
-           "__device__ __forceinline__ void kc_add(S& s, float v, long long) { s *= v; }\n" +
-           "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s); }\n";
-  std::string term = "v", fin = "s";
-  if (k == ReduceKind::kMean) fin = "s / " + S(g.r) + ".f";
-  if (k == ReduceKind::kNorm) {
-    const std::string p = flit(g.p);
-    if (g.p == 1) term = "fabsf(v)";
-    else if (g.p == 2) term = "v * v", fin = "sqrtf(s)";
-    else term = std::string("powf(fabsf(v), ") + p + ")", fin = std::string("powf(s, 1.f / ") + p + ")";
-  }
-  return s + "__device__ __forceinline__ S kc_init() { return 0.f; }\n" +
-         "__device__ __forceinline__ void kc_add(S& s, float v, long long) { s += " + term + "; }\n" +
-         "__device__ __forceinline__ void kc_merge(S& a, const S& b) { a += b; }\n" +
-         "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(" + fin + "); }\n";
-}
-
 constexpr int64_t kMergeShared = 32768;   // bytes of the column merge's states (one per thread and column)
-
-int64_t state_bytes(ReduceKind k) {
-  if (indexed(k)) return 16;
-  if (welford(k)) return 12;
-  if (k == ReduceKind::kLogSumExp) return 8;
-  return 4;
-}
 
 struct RedCall {
   ReduceGeom g;
@@ -396,7 +248,7 @@ std::vector<KnobDim> red_space(const RedCall& rc) {
     // Fewer rows where the column merge's states would not fit its shared memory (argmax and
     // max.dim's 16-byte states at wide vectors: 32 x 32 x 8 x 16 B at (16, 256, 256) bf16).
     int64_t ty = std::clamp<int64_t>(1024 / tx, 1, 32);
-    while (ty > 1 && tx * ty * vb * state_bytes(g.kind) > kMergeShared) ty /= 2;
+    while (ty > 1 && tx * ty * vb * reduction_state_bytes(g.kind) > kMergeShared) ty /= 2;
     sp.push_back({"tx", with_default({8, 16, 32, 64, 128, 256}, tx)});
     sp.push_back({"ty", with_default({1, 2, 4, 8, 16, 32}, ty)});
     sp.push_back({"vec", with_default(vecs, vb)});
@@ -458,7 +310,7 @@ class ReductionTemplate : public Template {
     } else {
       tx = k["tx"], ty = k["ty"], vb = k["vec"];
       if (tx * ty > 1024 || tx * ty < 32) return unsupported("block of " + S(tx * ty) + " threads");
-      if (tx * ty * vb * state_bytes(g.kind) > kMergeShared) return unsupported("shared memory of the column merge");
+      if (tx * ty * vb * reduction_state_bytes(g.kind) > kMergeShared) return unsupported("shared memory of the column merge");
       if (cdiv(g.inner, tx * vb) * g.outer > INT_MAX) return unsupported("too many column tiles for one grid");
     }
     consts = "constexpr int G = " + S(g_threads) + ", RPB = " + S(rpb) + ", VEC = " + S(vec) + ", TX = " + S(tx) +
@@ -466,7 +318,7 @@ class ReductionTemplate : public Template {
              S(g.inner == 1 ? g_threads * rpb : tx * ty) + ";\n";
     const std::string src = "// kernelcraft cuda.reduction " + std::string(op_info(c.op).name) + " " + dtype_name(rc.x) +
                             " -> " + dtype_name(rc.o) + (g.inner == 1 ? " rows" : " columns") + "\n" +
-                            dtype_prelude(rc.x) + consts + out_prelude(rc) + fold_state(g, k.count("exp2") && k["exp2"]) + kReduceBody;
+                            dtype_prelude(rc.x) + consts + out_prelude(rc) + reduction_fold_state(g, k.count("exp2") && k["exp2"]) + kReduceBody;
     auto lr = launches(rc, k);
     if (!lr.is_ok()) return lr.status();
     return make_candidate(name(), std::move(k), src, std::move(lr.value().first), std::move(lr.value().second));
@@ -505,7 +357,7 @@ class ReductionTemplate : public Template {
                           {"ptr:part", "ptr:self", "i64:" + S(g.inner), "i64:" + S(g.r), "i64:" + S(tiles), "i64:" + S(cdiv(g.r, split))}));
     }
     ls.push_back(launch("kc_red_finish", {S(cdiv(nout, 8))}, {256}, with({"ptr:part", "i64:" + S(nout), "i32:" + S(split)})));
-    scratch = json::array({{{"name", "part"}, {"bytes", S(nout * split * state_bytes(g.kind))}}});
+    scratch = json::array({{{"name", "part"}, {"bytes", S(nout * split * reduction_state_bytes(g.kind))}}});
     return std::make_pair(ls, scratch);
   }
 };

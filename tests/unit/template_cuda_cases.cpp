@@ -204,11 +204,14 @@ std::vector<Case> cases() {
     v.push_back({OpId::kBceWithLogits, {513, 7}, DType::kF16, {{"reduction", r}, {"pos_weight", {1, 7}}, {"weight", json::array()}}, 2});
   }
   v.push_back({OpId::kBceWithLogits, {32768, 2048}, DType::kBF16, json::object(), 2});
-  // Loss backward: grad_output one value or one per term; nll's vectors along classes (nll2d:
-  // along the plane).
+  // Loss backward: grad_output one value or one per term; smooth_l1 (beta 0: a sign) and huber in
+  // halves and fp32; nll's vectors along classes (nll2d: along the plane).
   for (int64_t r : {0, 1, 2}) {
     v.push_back({OpId::kMseLossBackward, {1000003}, DType::kBF16, {{"reduction", r}}, 3});
     v.push_back({OpId::kBinaryCrossEntropyBackward, {77777}, DType::kF32, {{"reduction", r}, {"weight", true}}, 3});
+    v.push_back({OpId::kSmoothL1LossBackward, {4099}, DType::kF16, {{"reduction", r}, {"beta", 0.5}}, 3});
+    v.push_back({OpId::kSmoothL1LossBackward, {7, 13, 5}, DType::kF32, {{"reduction", r}, {"beta", 0.0}}, 2});
+    v.push_back({OpId::kHuberLossBackward, {1000003}, DType::kBF16, {{"reduction", r}, {"delta", 2.0}}, 3});
     v.push_back({OpId::kNllLossBackward, {4096, 1000}, DType::kF16, {{"reduction", r}, {"weight", true}}, 3});
     v.push_back({OpId::kNllLoss2dBackward, {2, 5, 8, 9}, DType::kF32, {{"reduction", r}}});
   }
