@@ -277,16 +277,20 @@ def run_phases(a):
     return 1 if failed else 0
 
 
-def load_rows(out):
-    """{(model, call, table shape, dtype, mode): {method: row}}, in the order the rows were written."""
+def load_rows(outs):
+    """{(model, call, table shape, dtype, mode): {method: row}} from the run directories `outs`
+    (a later one's row replaces an earlier one's), in the cases' table order."""
     rows = {}
-    for name in ("eager", "compile", "serve"):
-        path = os.path.join(out, f"{name}.jsonl")
-        for line in open(path) if os.path.exists(path) else []:
-            r = json.loads(line)
-            key = (r["model"], r["call"], tuple(r["table_shape"]), r["dtype"], r["mode"])
-            rows.setdefault(key, {})[r["method"]] = r
-    return rows
+    for out in outs:
+        for name in ("eager", "compile", "serve"):
+            path = os.path.join(out, f"{name}.jsonl")
+            for line in open(path) if os.path.exists(path) else []:
+                r = json.loads(line)
+                key = (r["model"], r["call"], tuple(r["table_shape"]), r["dtype"], r["mode"])
+                rows.setdefault(key, {})[r["method"]] = r
+    order = {(c.model, label(c)): i for i, c in enumerate(CASES)}
+    rank = lambda k: (order.get(k[:2], len(order)), k[2], MODES.index(k[4]) if k[4] in MODES else 9, k[3] != "float32")
+    return dict(sorted(rows.items(), key=lambda kv: rank(kv[0])))
 
 
 def header(rows):
@@ -333,7 +337,7 @@ def table_line(key, by):
 
 
 def report(a):
-    rows = load_rows(a.out)
+    rows = load_rows(a.merge or [a.out])
     if not rows:
         print(f"report: no eager, compile or serve rows in {a.out}", file=sys.stderr)
         return
@@ -346,6 +350,7 @@ def report(a):
     if failures:
         lines += ["", "Failures:"] + failures
     text = "\n".join(lines) + "\n"
+    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "table.md"), "w") as f:
         f.write(text)
     print(text, end="")
@@ -364,6 +369,8 @@ def parse_args():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--list", action="store_true", help="print the cases (with --smoke: at smoke shapes)")
     ap.add_argument("--report", action="store_true", help="only write OUT/table.md from the rows in OUT")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="DIR",
+                    help="with --report: the rows of these runs (slices of the table) instead of OUT's")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU timing where --device cpu")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--dtypes", default="float32,bfloat16")

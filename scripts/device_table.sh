@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On the H200 machine: one slice of the model-shape table (benchmarks/model_shapes.py) per device
+# call, the pre-warmed cache carried from slice to slice, since the whole table (about 280 rows and
+# 260 keys) does not fit one call. Logs to $OUT.
+#   OUT=... SLICE=NAME ONLY="single-op|..." [DTYPES=float32,bfloat16] [MODES=fwd] \
+#     [EVOLVE_ARGS="--generations 2 --budget-s 3"] [EVOLVE_S=240] [TIME_S=200] \
+#     [BUILD_TARGETS="kernelcraft_lib kernelcraft"] scripts/device_table.sh
+# The cache: .ms-cache/cache.tgz if present (an earlier slice's $OUT/cache.tgz, carried), else
+# empty; it goes back as $OUT/cache.tgz. The slice's rows, table and logs: $OUT/ms-NAME.tgz.
+# Merge the slices here: benchmarks/model_shapes.py --report --merge DIR... --out MERGED.
+set -uo pipefail
+SLICE=${SLICE:?name the slice}; ONLY=${ONLY:?select its cases}
+source "$(dirname "$0")/device_common.sh" "${BUILD_TARGETS:-kernelcraft_lib kernelcraft}"
+W=/tmp/kc-table; MS=$W/ms-$SLICE; mkdir -p $W $MS
+[ -d $W/cache ] || { [ -f .ms-cache/cache.tgz ] && tar -C $W -xzf .ms-cache/cache.tgz; }
+trap 'tar -C $W -czf $OUT/cache.tgz cache; cp $OUT/*.txt $OUT/*.log $MS/ 2>/dev/null; tar -C $W -czf $OUT/ms-$SLICE.tgz ms-$SLICE' EXIT
+common=(--only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes "${MODES:-fwd}" --out $MS
+        --cache $W/cache --lib $LIB --cli $CLI --commit "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}")
+# The search gets what is left of EVOLVE_S; a key it did not reach stays a miss and is timed as
+# eager in the serve phase (the table's served column says so).
+t=$(date +%s)
+timeout ${EVOLVE_S:-240} python3 benchmarks/model_shapes.py "${common[@]}" --phases record,evolve \
+  --evolve-args "${EVOLVE_ARGS:---generations 2 --budget-s 3}" > $OUT/evolve.log 2>&1
+echo "record+evolve rc=$? ($(( $(date +%s) - t )) s), keys $(wc -l < $MS/keys.txt 2>/dev/null)"
+grep -cE "^(served|eager_best|exists)" $OUT/evolve.log | sed 's/^/  keys done: /'
+t=$(date +%s)
+timeout ${TIME_S:-200} python3 benchmarks/model_shapes.py "${common[@]}" --phases serve,eager,compile > $OUT/time.log 2>&1
+echo "serve+eager+compile rc=$? ($(( $(date +%s) - t )) s)"; tail -3 $OUT/time.log
+python3 benchmarks/model_shapes.py --out $MS --report > /dev/null 2>&1; cat $MS/table.md 2>/dev/null | head -90
