@@ -91,7 +91,9 @@ CASES = [
 
 # build(shape, dtype, device, **args) -> (fn, inputs): fn(*inputs) is the call.
 # grads: indices of the inputs a fwd+bwd run differentiates; none means no fwd+bwd mode.
-Op = namedtuple("Op", "build grads")
+# reads(inputs) -> bytes: what the call must read, where that is less than all of every input
+# (None: all of it); the backward's re-read of its inputs counts the same.
+Op = namedtuple("Op", "build grads reads", defaults=(None,))
 
 
 def _randn(shape, dtype, device):
@@ -138,6 +140,12 @@ def _cross_entropy(shape, dtype, device):
 def _nll_loss(shape, dtype, device):
     n, classes = shape
     return F.nll_loss, [_randn(shape, dtype, device), torch.randint(classes, (n,), device=device)]
+
+
+def _nll_reads(ins):
+    """nll_loss reads one element of each row, so one 32-byte DRAM sector a row, and the targets."""
+    x, target = ins
+    return x.shape[0] * 32 + target.numel() * target.element_size()
 
 
 def _pair_loss(f, probs=False, logits=False):
@@ -189,7 +197,7 @@ OPS = {
     # torch.max / torch.min over a dim: values and indices (max.dim / min.dim); timed as one call
     "max": Op(_one(lambda x, dim: torch.max(x, dim)).build, ()),
     "min": Op(_one(lambda x, dim: torch.min(x, dim)).build, ()), "prod": _one(torch.prod),
-    "nll_loss": Op(_nll_loss, (0,)), "mse_loss": _pair_loss(F.mse_loss), "smooth_l1_loss": _pair_loss(F.smooth_l1_loss),
+    "nll_loss": Op(_nll_loss, (0,), _nll_reads), "mse_loss": _pair_loss(F.mse_loss), "smooth_l1_loss": _pair_loss(F.smooth_l1_loss),
     "binary_cross_entropy": _pair_loss(F.binary_cross_entropy, probs=True),
     "bce_with_logits": _pair_loss(F.binary_cross_entropy_with_logits, logits=True),
     "kl_div": Op(_kl_div, (0,)),

@@ -33,7 +33,7 @@ On a GPU machine, with the library built there (scripts/device_run.sh or pip ins
         --evolve-args "--generations 4 --budget-s 120 --gpu-share 1"
     python3 benchmarks/model_shapes.py --out ms-out --phases serve      # re-time the served cache
     python3 benchmarks/model_shapes.py --out ms-out --report            # the table again
-    (--commit SHA names the commit where the tree has no .git; --only TEXT selects cases)
+    (--commit SHA names the commit, where a copied tree's .git may be stale; --only TEXT selects cases)
 Anywhere, at tiny shapes (same rank, at most SMOKE_NUMEL elements), one CPU thread,
 time.perf_counter medians (compile only when --phases names it):
     python3 benchmarks/model_shapes.py --list [--smoke]
@@ -103,15 +103,17 @@ def _tensors(out):
     return [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
 
 
-def moved_bytes(inputs, outs, grads, mode):
-    """Lower bound of the bytes one call moves: every input read once, every output written once.
-    fwd+bwd adds an estimate of the backward: every output's gradient read, every differentiable
-    input read again (the saved activation these backwards read: the input, or for softmax its
-    same-sized output) and its gradient written once."""
+def moved_bytes(inputs, outs, grads, mode, reads=None):
+    """Lower bound of the bytes one call moves: every input read once (or what `reads`, the op's
+    own count, says it must read), every output written once. fwd+bwd adds an estimate of the
+    backward: every output's gradient read, every differentiable input read again (the saved
+    activation these backwards read: the input, or for softmax its same-sized output; `reads`
+    again where given) and its gradient written once."""
     nb = lambda ts: sum(t.numel() * t.element_size() for t in ts)
-    n = nb(inputs) + nb(outs)
+    diff = [inputs[i] for i in grads]
+    n = (reads(inputs) if reads else nb(inputs)) + nb(outs)
     if mode == "fwd+bwd":
-        n += nb(outs) + 2 * nb([inputs[i] for i in grads])
+        n += nb(outs) + (reads(inputs) if reads else nb(diff)) + nb(diff)
     return n
 
 
@@ -123,7 +125,7 @@ def setup(case, dtype, mode, a, compiled):
     if compiled:
         fn = torch.compile(fn)
     if mode == "fwd":
-        return (lambda: fn(*ins)), moved_bytes(ins, _tensors(fn(*ins)), (), mode)
+        return (lambda: fn(*ins)), moved_bytes(ins, _tensors(fn(*ins)), (), mode, op.reads)
     leaves = [ins[i].requires_grad_() for i in op.grads]
     outs = [o for o in _tensors(fn(*ins)) if o.requires_grad]
     grads = [torch.randn_like(o) for o in outs]
@@ -132,7 +134,7 @@ def setup(case, dtype, mode, a, compiled):
         for t in leaves:
             t.grad = None   # a fresh gradient per call, never an accumulation into the last one
         torch.autograd.backward([o for o in _tensors(fn(*ins)) if o.requires_grad], grads)
-    return step, moved_bytes(ins, outs, op.grads, mode)
+    return step, moved_bytes(ins, outs, op.grads, mode, op.reads)
 
 
 def cpu_bench(fn, reps=15):
@@ -187,12 +189,16 @@ def measure(phase, case, dtype, mode, a, env):
     return row
 
 
-def git_commit(fallback):
+def git_commit(given):
+    """The commit the rows name: --commit where given (a copied tree's .git can be stale), else
+    HEAD, marked where the working tree differs from it."""
+    if given:
+        return given
     try:
         head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return fallback or "unknown"
+        return "unknown"
     dirty = subprocess.run(["git", "-C", REPO, "diff", "--quiet", "HEAD"]).returncode != 0
     return head + (" + working tree" if dirty else "")
 
@@ -336,6 +342,30 @@ def table_line(key, by):
             f"{_ratio(by.get('compile'), kc)} | {served} |")
 
 
+def summary(rows):
+    """The issue's yardsticks over the rows timed all three ways, per mode: among the rows where
+    eager takes over 50 us, the share where kernelcraft is at least as fast as torch.compile; the
+    geometric mean of kernelcraft vs compile where eager runs below 70% of the copy bandwidth; and
+    every row below 0.98x eager."""
+    ok = lambda r: r is not None and "error" not in r
+    lines = ["", "Summary (rows timed eager, compile and kernelcraft; eager over 50 us):", ""]
+    for mode in MODES:
+        sel = [(k, by) for k, by in rows.items() if k[4] == mode
+               and all(ok(by.get(m)) for m in ("eager", "compile", "kernelcraft"))
+               and by["eager"]["median_ms"] > 0.05]
+        if not sel:
+            continue
+        vs = lambda by, m: by[m]["median_ms"] / by["kernelcraft"]["median_ms"]
+        wins = sum(vs(by, "compile") >= 1.0 for _, by in sel)
+        weak = [vs(by, "compile") for _, by in sel if by["eager"]["pct_copy"] < 70]
+        slow = [f"{k[1]} {_shape(by)} {k[3]} ({vs(by, 'eager'):.2f}x)" for k, by in sel if vs(by, "eager") < 0.98]
+        geo = f"{math.exp(sum(map(math.log, weak)) / len(weak)):.2f}x over {len(weak)} rows" if weak else "no rows"
+        lines.append(f"- {mode}: {len(sel)} rows; kernelcraft >= torch.compile on {wins} ({100 * wins / len(sel):.0f}%); "
+                     f"geomean vs compile where eager < 70% of copy: {geo}; below 0.98x eager: "
+                     + (", ".join(slow) if slow else "none"))
+    return lines if len(lines) > 3 else []
+
+
 def report(a):
     rows = load_rows(a.merge or [a.out])
     if not rows:
@@ -345,6 +375,7 @@ def report(a):
                                 "kc GB/s | kc % copy | kc vs eager | kc vs compile | served |",
                             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_line(key, by) for key, by in rows.items()]
+    lines += summary(rows)
     failures = [f"- {r['method']}: {key[0]} {key[1]} {_shape(by)} {key[3]} {key[4]}: "
                 f"{r['error']}" for key, by in rows.items() for r in by.values() if "error" in r]
     if failures:
@@ -382,7 +413,7 @@ def parse_args():
     ap.add_argument("--lib", default=os.path.join(REPO, "build", "torch_ops", "libkernelcraft.so"))
     ap.add_argument("--cli", default=os.path.join(REPO, "build", "torch_ops", "kernelcraft"))
     ap.add_argument("--evolve-args", default="", help="passed to `kernelcraft evolve`, e.g. '--generations 4'")
-    ap.add_argument("--commit", default="", help="the commit to report where `git rev-parse HEAD` fails")
+    ap.add_argument("--commit", default="", help="the commit the rows name (default: git rev-parse HEAD)")
     ap.add_argument("--worker", choices=[p for p in PHASES if p != "evolve"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.out = os.path.abspath(a.out)

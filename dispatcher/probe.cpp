@@ -2,40 +2,55 @@
 #include "dispatcher/probe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace kc::dispatch {
 
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
 void arm_probe(ServeProbe& p, int calls) {
   std::lock_guard<std::mutex> g(p.mu);
-  p.served_ms.clear();
-  p.eager_ms.clear();
+  p.samples.clear();
   p.left.store(calls > 0 ? calls + 1 : 0, std::memory_order_relaxed);
 }
 
-ProbeVerdict judge_probe(const std::vector<double>& served_ms, const std::vector<double>& eager_ms) {
+ProbeVerdict judge_probe(const std::vector<ProbeSample>& samples) {
   ProbeVerdict v;
   v.done = true;
-  std::vector<double> ratio;
-  // Sample 0 is the warm-up pair (module load, first allocation, cold caches): not counted.
-  for (size_t i = 1; i < served_ms.size() && i < eager_ms.size(); ++i)
-    ratio.push_back(eager_ms[i] / std::max(served_ms[i], 1e-9));
-  v.pairs = ratio.size();
-  if (ratio.empty()) return v;   // nothing to judge on: keep what the gauntlet promoted
-  std::sort(ratio.begin(), ratio.end());
-  const size_t n = ratio.size();
-  v.speedup = n % 2 ? ratio[n / 2] : 0.5 * (ratio[n / 2 - 1] + ratio[n / 2]);
-  v.keep = v.speedup > 1.0;
+  std::vector<double> ratio[2];   // eager / served, by order: [0] eager ran first, [1] served first
+  // Pair 0 is the warm-up (module load, first allocation, cold caches): not counted.
+  for (size_t i = 1; i < samples.size(); ++i)
+    ratio[samples[i].served_first].push_back(samples[i].eager_ms / std::max(samples[i].served_ms, 1e-9));
+  v.pairs = ratio[0].size() + ratio[1].size();
+  if (v.pairs == 0) return v;   // nothing to judge on: keep what the gauntlet promoted
+  double log_sum = 0;
+  int orders = 0;
+  for (const auto& r : ratio) {
+    if (r.empty()) continue;
+    const double m = median(r);
+    v.keep = v.keep && m > 1.0;
+    log_sum += std::log(std::max(m, 1e-12));
+    ++orders;
+  }
+  v.speedup = std::exp(log_sum / orders);
   return v;
 }
 
-ProbeVerdict add_probe_pair(ServeProbe& p, double served_ms, double eager_ms) {
+ProbeVerdict add_probe_pair(ServeProbe& p, const ProbeSample& pair) {
   std::lock_guard<std::mutex> g(p.mu);
   if (p.left.load(std::memory_order_relaxed) <= 0) return {};   // another thread made the last pair
-  p.served_ms.push_back(served_ms);
-  p.eager_ms.push_back(eager_ms);
+  p.samples.push_back(pair);
   if (p.left.fetch_sub(1, std::memory_order_relaxed) != 1) return {};
-  return judge_probe(p.served_ms, p.eager_ms);
+  return judge_probe(p.samples);
 }
 
 }  // namespace kc::dispatch

@@ -19,8 +19,10 @@ common=(--only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes "${MODES:-
 # The search gets what is left of EVOLVE_S; a key it did not reach stays a miss and is timed as
 # eager in the serve phase (the table's served column says so). PAR=N: N searches side by side,
 # each over every N-th key into a cache of its own, merged as a deployment merges shipped caches
-# (signed export, trusted import). Their timings then share the GPU: the serve phase re-times
-# alone, and its probe keeps eager for a key whose served kernel is slower.
+# (signed export, trusted import). Their timings then share the GPU, so a search can pick a
+# candidate that loses when alone (docs/PERF.md, "The forward rows on the H200"): PAR=1 for
+# figures that matter, PAR>1 only to get through when device time is short. The serve phase
+# re-times alone, and its probe keeps eager for a key whose served kernel is slower.
 t=$(date +%s); P=${PAR:-1}
 python3 benchmarks/model_shapes.py "${common[@]}" --phases record > $OUT/record.log 2>&1
 echo "record rc=$? ($(( $(date +%s) - t )) s), keys $(wc -l < $MS/keys.txt 2>/dev/null)"
