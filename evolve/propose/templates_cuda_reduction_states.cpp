@@ -16,19 +16,15 @@ std::string flit(double v) {
   return b;
 }
 
-}  // namespace
-
-std::string reduction_fold_state(const ReduceGeom& g, bool exp2) {
-  const ReduceKind k = g.kind;
-  const bool pick = k == ReduceKind::kMax || k == ReduceKind::kMin || (k == ReduceKind::kNorm && g.ord != NormOrd::kP);
-  if (indexed(k)) {
-    const char* cmp = selects_max(k) ? ">" : "<";
-    // argmax stores the index; max.dim the value (exact: it is an input) and the index.
-    const char* store = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin ? "out0[o] = s.i;"
-                                                                             : "out0[o] = sto(s.v); out1[o] = s.i;";
-    return std::string(R"CU(struct S { float v; long long i; };
+// argmax, argmin, max.dim, min.dim: the best value and its index.
+std::string indexed_state(ReduceKind k) {
+  const char* cmp = selects_max(k) ? ">" : "<";
+  // argmax stores the index; max.dim the value (exact: it is an input) and the index.
+  const char* store = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin ? "out0[o] = s.i;"
+                                                                           : "out0[o] = sto(s.v); out1[o] = s.i;";
+  return std::string(R"CU(struct S { float v; long long i; };
 __device__ __forceinline__ S kc_init() { return S{)CU") + (selects_max(k) ? "-KC_INF" : "KC_INF") +
-           R"CU(, 0x7fffffffffffffffLL}; }
+         R"CU(, 0x7fffffffffffffffLL}; }
 // a (at index ia) beats b: NaN beats numbers, then the better value, then the lower index.
 __device__ __forceinline__ bool kc_better(float a, long long ia, float b, long long ib) {
   if (a != a) return b == b || ia < ib;
@@ -41,12 +37,15 @@ __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.v, o), __shfl_down_sync(0xffffffffu, s.i, o)};
 }
 __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { )CU" + store + " }\n";
-  }
-  if (welford(k)) {
-    const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
-    const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
-    const std::string corr = flit(g.correction);
-    return std::string(R"CU(struct S { float n, m, q; };   // Welford: count, mean, sum of squared deviations
+}
+
+// var, std, var_mean, std_mean: Welford's count, mean and sum of squared deviations.
+std::string welford_state(const ReduceGeom& g) {
+  const ReduceKind k = g.kind;
+  const bool sd = k == ReduceKind::kStd || k == ReduceKind::kStdMean;
+  const bool two = k == ReduceKind::kVarMean || k == ReduceKind::kStdMean;
+  const std::string corr = flit(g.correction);
+  return std::string(R"CU(struct S { float n, m, q; };   // Welford: count, mean, sum of squared deviations
 __device__ __forceinline__ S kc_init() { return S{0.f, 0.f, 0.f}; }
 __device__ __forceinline__ void kc_add(S& s, float v, long long) {
   s.n += 1.f;
@@ -70,17 +69,18 @@ __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s)
   const float div = fmaxf(s.n - )CU") + corr + R"CU(, 0.f);
   const float var = s.q / div;
   out0[o] = sto()CU" + (sd ? "sqrtf(var)" : "var") + ");\n" + (two ? "  out1[o] = sto(s.m + 0.f * s.q);   // NaN once the fold met inf or NaN, as Welford does\n" : "") + "}\n";
-  }
-  if (k == ReduceKind::kLogSumExp)
-    // Online: the running max m and the sum s of exp(x - m). Equal values add 1 (a row of
-    // infinities: inf - inf is NaN), a NaN makes s NaN for good, and an empty state (m = -inf,
-    // s = 0) merges as nothing. Not __expf: the static check refuses approximate intrinsics.
-    // Knob exp2: exp(x) as exp2f(x * log2 e), fewer instructions an element than expf's range
-    // reduction; the search keeps whichever is faster. Both are within 2 ulp; rounding the
-    // product costs about |x| ulp of a term exp(x) that is e^|x| below the row's largest.
-    return std::string(exp2 ? "__device__ __forceinline__ float kc_exp(float x) { return exp2f(x * 1.44269504088896341f); }\n"
-                            : "__device__ __forceinline__ float kc_exp(float x) { return expf(x); }\n") +
-           R"CU(struct S { float m, s; };
+}
+
+std::string logsumexp_state(bool exp2) {
+  // Online: the running max m and the sum s of exp(x - m). Equal values add 1 (a row of
+  // infinities: inf - inf is NaN), a NaN makes s NaN for good, and an empty state (m = -inf,
+  // s = 0) merges as nothing. Not __expf: the static check refuses approximate intrinsics.
+  // Knob exp2: exp(x) as exp2f(x * log2 e), fewer instructions an element than expf's range
+  // reduction; the search keeps whichever is faster. Both are within 2 ulp; rounding the
+  // product costs about |x| ulp of a term exp(x) that is e^|x| below the row's largest.
+  return std::string(exp2 ? "__device__ __forceinline__ float kc_exp(float x) { return exp2f(x * 1.44269504088896341f); }\n"
+                          : "__device__ __forceinline__ float kc_exp(float x) { return expf(x); }\n") +
+         R"CU(struct S { float m, s; };
 __device__ __forceinline__ S kc_init() { return S{-KC_INF, 0.f}; }
 __device__ __forceinline__ void kc_add(S& a, float v, long long) {
   if (v > a.m) { a.s = a.s * kc_exp(a.m - v) + 1.f; a.m = v; }
@@ -122,6 +122,12 @@ __device__ __forceinline__ S kc_warp(S a) {
 }
 __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s.m + logf(s.s)); }
 )CU";
+}
+
+// One float: max/min (and the inf norms), prod, sum, mean and the p-norms.
+std::string scalar_state(const ReduceGeom& g) {
+  const ReduceKind k = g.kind;
+  const bool pick = k == ReduceKind::kMax || k == ReduceKind::kMin || (k == ReduceKind::kNorm && g.ord != NormOrd::kP);
   std::string s = "typedef float S;\n__device__ __forceinline__ S kc_shfl(const S& s, int o) { return __shfl_down_sync(0xffffffffu, s, o); }\n";
   if (pick) {
     const bool max = k == ReduceKind::kMax || (k == ReduceKind::kNorm && g.ord == NormOrd::kInf);
@@ -150,6 +156,15 @@ __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s)
          "__device__ __forceinline__ void kc_add(S& s, float v, long long) { s += " + term + "; }\n" +
          "__device__ __forceinline__ void kc_merge(S& a, const S& b) { a += b; }\n" +
          "__device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(" + fin + "); }\n";
+}
+
+}  // namespace
+
+std::string reduction_fold_state(const ReduceGeom& g, bool exp2) {
+  if (indexed(g.kind)) return indexed_state(g.kind);
+  if (welford(g.kind)) return welford_state(g);
+  if (g.kind == ReduceKind::kLogSumExp) return logsumexp_state(exp2);
+  return scalar_state(g);
 }
 
 int64_t reduction_state_bytes(ReduceKind k) {
