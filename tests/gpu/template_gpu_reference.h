@@ -1,4 +1,4 @@
-// Host-side data for the CUDA template tests (test_templates_gpu.cpp): fp16/bf16 rounding, host
+// Host-side data for the CUDA template tests (kc_template_gpu_tests): fp16/bf16 rounding, host
 // tensors, fp64 references of the 16 default ops with a per-element error scale, and the inputs
 // that exercise each family (specials, offset rows, -inf, huge rows).
 #pragma once

@@ -1,5 +1,5 @@
-// The runner of the CUDA template GPU tests, shared by the test files of test_templates_gpu.cpp's
-// binary: the fixture (skips without a device), a case (op, shape, dtype, arguments, knob
+// The runner of the CUDA template GPU tests (template_gpu_run.cpp), shared by the test files of
+// kc_template_gpu_tests: the fixture (skips without a device), a case (op, shape, dtype, arguments, knob
 // samples) and run_all, which checks every sampled candidate of each case against the fp64
 // references (template_gpu_reference.h).
 #pragma once

@@ -1,0 +1,99 @@
+// Timings of CUDA template defaults and chosen knobs on a real GPU (printed medians and GB/s, one
+// bound: the split layer norm of one 4M-element row). Skips without a device. Speed claims live in
+// benchmarks/; this only keeps an eye on the one layout whose default once ran at 8 ms.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "evolve/propose/proposer.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/launch_spec.h"
+#include "runtime/timing.h"
+#include "tests/gpu/template_gpu_run.h"
+
+namespace kc::evolve {
+namespace {
+
+using nlohmann::json;
+using gpu_run::Gpu;
+
+const json kNone = json::object();
+
+TEST_F(Gpu, Timings) {
+  struct T {
+    OpId op;
+    std::vector<int64_t> sizes;
+    json args;
+    std::vector<Knobs> knobs;
+    double bytes;   // memory traffic of one call, for GB/s
+  };
+  const double big = 64.0 * 256 * 256 * 4;
+  std::vector<T> ts = {
+      {OpId::kLayerNorm, {1, 64, 256, 256}, {{"normalized_shape", {64, 256, 256}}},
+       {{}, {{"split", 264}}, {{"split", 528}, {"threads", 512}}, {{"split", 1056}}, {{"split", 1056}, {"threads", 512}}},
+       2 * big},
+      {OpId::kLayerNorm, {4096, 1024}, {{"normalized_shape", {1024}}}, {{}}, 2 * 4096.0 * 1024 * 4},
+      {OpId::kLayerNorm, {16 * 1024, 4096}, {{"normalized_shape", {4096}}}, {{}}, 2 * 16384.0 * 4096 * 4},
+      {OpId::kLayerNormBackward, {1, 64, 256, 256}, {{"normalized_shape", {64, 256, 256}}}, {{}}, 3 * big + 2 * 4 * 64 * 65536},
+      {OpId::kLayerNormBackward, {4096, 1024}, {{"normalized_shape", {1024}}}, {{}}, 3 * 4096.0 * 1024 * 4},
+      {OpId::kSoftmax, {4096, 1024}, kNone, {{}}, 2 * 4096.0 * 1024 * 4},
+      {OpId::kGelu, {1 << 26}, kNone, {{}}, 2 * 4.0 * (1 << 26)},
+      {OpId::kGroupNorm, {16, 64, 256, 256}, {{"group", 8}},
+       {{}, {{"split", 66}}, {{"split", 132}}, {{"split", 264}}, {{"split", 132}, {"threads", 512}}}, 2 * 16 * big},
+      {OpId::kGroupNorm, {8, 320, 64, 64}, {{"group", 32}}, {{}, {{"split", 0}}}, 2 * 8.0 * 320 * 4096 * 4},
+      {OpId::kGroupNorm, {8, 1280, 16, 16}, {{"group", 32}}, {{}}, 2 * 8.0 * 1280 * 256 * 4},
+      {OpId::kGroupNorm, {32, 64, 56, 56}, {{"group", 32}}, {{}, {{"regs", 0}}}, 2 * 32.0 * 64 * 3136 * 4},
+      {OpId::kMseLoss, {1 << 24}, kNone, {{}, {{"blocks", 528}}, {{"blocks", 2112}}}, 2 * 4.0 * (1 << 24)},
+      {OpId::kNllLoss, {4096, 32000}, kNone, {{}}, 4096.0 * (8 + 4)},
+  };
+  for (const T& t : ts) {
+    auto cr = make_call(t.op, t.sizes, DType::kF32, BackendKind::kCuda, t.args);
+    ASSERT_TRUE(cr.is_ok());
+    const OpCall c = cr.value();
+    const Template* tp = nullptr;
+    for (const Template* x : cuda_templates())
+      if (!x->space(c).empty()) tp = x;
+    ASSERT_NE(tp, nullptr);
+    Binding bind = c.binding();
+    std::vector<void*> ptrs;
+    for (const auto& tm : bind.tensors) {
+      if (!tm.defined) {
+        ptrs.push_back(nullptr);
+        continue;
+      }
+      CUdeviceptr p = alloc(tm.numel() * dtype_size(tm.dtype));
+      ASSERT_EQ(d->cuMemsetD8Async(p, 0, tm.numel() * dtype_size(tm.dtype), stream), CUDA_SUCCESS);
+      ptrs.push_back(reinterpret_cast<void*>(p));
+    }
+    for (const Knobs& kn : t.knobs) {
+      auto r = tp->render(c, kn);
+      if (!r.is_ok()) continue;
+      auto bin = b->compile(r->source);
+      ASSERT_TRUE(bin.is_ok()) << bin.status().to_string();
+      auto rs = resolve(parse_launch_spec(r->launch).value(), bind);
+      ASSERT_TRUE(rs.is_ok());
+      auto l = b->load(bin->binary, rs.value());
+      ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+      std::vector<void*> all = ptrs;
+      for (int64_t bytes : rs->scratch_bytes) all.push_back(reinterpret_cast<void*>(alloc(bytes)));
+      ExecContext ctx;
+      ctx.stream = stream;
+      TimingOptions o;
+      o.budget_ms = 200;
+      auto tm = time_cuda(stream, [&] { return l.value()->run(all.data(), ctx); }, o);
+      ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+      std::printf("%-28s %-70s %8.4f ms  %6.0f GB/s\n", (std::string(op_info(t.op).name) + " " + json(t.sizes).dump()).c_str(),
+                  r->id().c_str(), tm->median_ms, t.bytes / (tm->median_ms * 1e6));
+      if (t.op == OpId::kLayerNorm && t.sizes.size() == 4 && kn.empty()) {
+        EXPECT_LT(tm->median_ms, 0.2) << "the default split layer norm of one 4M-element row";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kc::evolve
