@@ -14,8 +14,6 @@
 
 #include "evolve/ops/rms_norm.h"
 #include "evolve/propose/proposer.h"
-#include "runtime/launch_spec.h"
-#include "runtime/timing.h"
 #include "tests/gpu/template_gpu_reference.h"
 #include "tests/gpu/template_gpu_run.h"
 
@@ -132,43 +130,14 @@ TEST_F(Gpu, RmsNormTimings) {
                                                                                      {{8192, 1024}, DType::kF32}}) {
       auto cr = make_call(op, sizes, dt, BackendKind::kCuda, json::object());
       ASSERT_TRUE(cr.is_ok()) << cr.status().to_string();
-      const OpCall c = cr.value();
-      const Template* tp = nullptr;
-      for (const Template* x : cuda_templates())
-        if (!x->space(c).empty()) tp = x;
-      ASSERT_NE(tp, nullptr);
-      const Binding bind = c.binding();
-      std::vector<void*> ptrs;
-      for (const auto& tm : bind.tensors) {
-        CUdeviceptr p = 0;
-        if (tm.defined) {
-          p = alloc(tm.numel() * dtype_size(tm.dtype));
-          ASSERT_EQ(d->cuMemsetD8Async(p, 0, tm.numel() * dtype_size(tm.dtype), stream), CUDA_SUCCESS);
-        }
-        ptrs.push_back(reinterpret_cast<void*>(p));
-      }
+      std::vector<gpu_run::Timed> timed;
+      gpu_run::time_candidates(*this, cr.value(), knobs, 300, timed);
+      ASSERT_FALSE(HasFatalFailure());
       const double bytes = 8192.0 * sizes[1] * dtype_size(dt) * (op == OpId::kRmsNorm ? 2 : 5);
-      for (const Knobs& kn : knobs) {
-        auto r = tp->render(c, kn);
-        if (!r.is_ok()) continue;
-        auto bin = b->compile(r->source);
-        ASSERT_TRUE(bin.is_ok()) << bin.status().to_string();
-        auto rs = resolve(parse_launch_spec(r->launch).value(), bind);
-        ASSERT_TRUE(rs.is_ok()) << rs.status().to_string();
-        auto l = b->load(bin->binary, rs.value());
-        ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-        std::vector<void*> all = ptrs;
-        for (int64_t n : rs->scratch_bytes) all.push_back(reinterpret_cast<void*>(alloc(n)));
-        ExecContext ctx;
-        ctx.stream = stream;
-        TimingOptions o;
-        o.budget_ms = 300;
-        auto tm = time_cuda(stream, [&] { return l.value()->run(all.data(), ctx); }, o);
-        ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+      for (const gpu_run::Timed& tm : timed)
         std::printf("%-18s %-6s %-12s %-70s %8.4f ms %6.0f GB/s\n", op_info(op).name, dtype_name(dt),
-                    (std::to_string(sizes[0]) + "x" + std::to_string(sizes[1])).c_str(), r->id().c_str(), tm->median_ms,
-                    bytes / (tm->median_ms * 1e6));
-      }
+                    (std::to_string(sizes[0]) + "x" + std::to_string(sizes[1])).c_str(), tm.id.c_str(), tm.median_ms,
+                    bytes / (tm.median_ms * 1e6));
     }
 }
 

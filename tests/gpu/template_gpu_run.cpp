@@ -20,6 +20,7 @@
 #include "runtime/cuda_api.h"
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
+#include "runtime/timing.h"
 #include "tests/gpu/template_gpu_reference.h"
 #include "tests/gpu/template_gpu_run.h"
 
@@ -264,6 +265,42 @@ void run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding
     if (::testing::Test::HasFatalFailure()) return;
   }
   std::printf("%d candidates checked (%d settings kUnsupported)\n", n.candidates, n.unsupported);
+}
+
+void time_candidates(Gpu& g, const OpCall& c, const std::vector<Knobs>& knobs, double budget_ms, std::vector<Timed>& out) {
+  const Template* tp = nullptr;
+  for (const Template* x : cuda_templates())
+    if (!x->space(c).empty()) tp = x;
+  ASSERT_NE(tp, nullptr) << c.key;
+  const Binding bind = c.binding();
+  std::vector<void*> ptrs;
+  for (const auto& tm : bind.tensors) {
+    CUdeviceptr p = 0;
+    if (tm.defined) {
+      p = g.alloc(tm.numel() * dtype_size(tm.dtype));
+      ASSERT_EQ(g.d->cuMemsetD8Async(p, 0, tm.numel() * dtype_size(tm.dtype), g.stream), CUDA_SUCCESS);
+    }
+    ptrs.push_back(reinterpret_cast<void*>(p));
+  }
+  for (const Knobs& kn : knobs) {
+    auto r = tp->render(c, kn);
+    if (!r.is_ok()) continue;
+    auto bin = g.b->compile(r->source);
+    ASSERT_TRUE(bin.is_ok()) << bin.status().to_string();
+    auto rs = resolve(parse_launch_spec(r->launch).value(), bind);
+    ASSERT_TRUE(rs.is_ok()) << rs.status().to_string();
+    auto l = g.b->load(bin->binary, rs.value());
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    std::vector<void*> all = ptrs;
+    for (int64_t n : rs->scratch_bytes) all.push_back(reinterpret_cast<void*>(g.alloc(n)));
+    ExecContext ctx;
+    ctx.stream = g.stream;
+    TimingOptions o;
+    o.budget_ms = budget_ms;
+    auto tm = time_cuda(g.stream, [&] { return l.value()->run(all.data(), ctx); }, o);
+    ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+    out.push_back({kn, r->id(), tm->median_ms});
+  }
 }
 
 }  // namespace kc::evolve::gpu_run

@@ -36,4 +36,14 @@ enum class Rounding { kUlp, kOnce };
 
 void run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding = Rounding::kUlp);
 
+// One timed candidate: its id and its median (runtime/timing.h: L2 flushed, events).
+struct Timed {
+  Knobs knobs;
+  std::string id;
+  double median_ms = 0;
+};
+// Times the candidate of `c` at each setting of `knobs` on zeroed inputs into `out` (settings its
+// template refuses are skipped); a failed compile, load or timing fails the test.
+void time_candidates(Gpu& g, const OpCall& c, const std::vector<Knobs>& knobs, double budget_ms, std::vector<Timed>& out);
+
 }  // namespace kc::evolve::gpu_run

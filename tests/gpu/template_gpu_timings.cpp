@@ -1,6 +1,7 @@
 // Timings of CUDA template defaults and chosen knobs on a real GPU (printed medians and GB/s, one
-// bound: the split layer norm of one 4M-element row). Skips without a device. Speed claims live in
-// benchmarks/; this only keeps an eye on the one layout whose default once ran at 8 ms.
+// bound: the split layer norm of one 4M-element row), through time_candidates (template_gpu_run.h).
+// Skips without a device. Speed claims live in benchmarks/; the bound only guards the one layout
+// where eager takes 8 ms and a default without the split would too.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,9 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "evolve/propose/proposer.h"
-#include "runtime/cuda_backend.h"
-#include "runtime/launch_spec.h"
-#include "runtime/timing.h"
 #include "tests/gpu/template_gpu_run.h"
 
 namespace kc::evolve {
@@ -53,43 +51,14 @@ TEST_F(Gpu, Timings) {
   for (const T& t : ts) {
     auto cr = make_call(t.op, t.sizes, DType::kF32, BackendKind::kCuda, t.args);
     ASSERT_TRUE(cr.is_ok());
-    const OpCall c = cr.value();
-    const Template* tp = nullptr;
-    for (const Template* x : cuda_templates())
-      if (!x->space(c).empty()) tp = x;
-    ASSERT_NE(tp, nullptr);
-    Binding bind = c.binding();
-    std::vector<void*> ptrs;
-    for (const auto& tm : bind.tensors) {
-      if (!tm.defined) {
-        ptrs.push_back(nullptr);
-        continue;
-      }
-      CUdeviceptr p = alloc(tm.numel() * dtype_size(tm.dtype));
-      ASSERT_EQ(d->cuMemsetD8Async(p, 0, tm.numel() * dtype_size(tm.dtype), stream), CUDA_SUCCESS);
-      ptrs.push_back(reinterpret_cast<void*>(p));
-    }
-    for (const Knobs& kn : t.knobs) {
-      auto r = tp->render(c, kn);
-      if (!r.is_ok()) continue;
-      auto bin = b->compile(r->source);
-      ASSERT_TRUE(bin.is_ok()) << bin.status().to_string();
-      auto rs = resolve(parse_launch_spec(r->launch).value(), bind);
-      ASSERT_TRUE(rs.is_ok());
-      auto l = b->load(bin->binary, rs.value());
-      ASSERT_TRUE(l.is_ok()) << l.status().to_string();
-      std::vector<void*> all = ptrs;
-      for (int64_t bytes : rs->scratch_bytes) all.push_back(reinterpret_cast<void*>(alloc(bytes)));
-      ExecContext ctx;
-      ctx.stream = stream;
-      TimingOptions o;
-      o.budget_ms = 200;
-      auto tm = time_cuda(stream, [&] { return l.value()->run(all.data(), ctx); }, o);
-      ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
+    std::vector<gpu_run::Timed> timed;
+    gpu_run::time_candidates(*this, cr.value(), t.knobs, 200, timed);
+    ASSERT_FALSE(HasFatalFailure());
+    for (const gpu_run::Timed& tm : timed) {
       std::printf("%-28s %-70s %8.4f ms  %6.0f GB/s\n", (std::string(op_info(t.op).name) + " " + json(t.sizes).dump()).c_str(),
-                  r->id().c_str(), tm->median_ms, t.bytes / (tm->median_ms * 1e6));
-      if (t.op == OpId::kLayerNorm && t.sizes.size() == 4 && kn.empty()) {
-        EXPECT_LT(tm->median_ms, 0.2) << "the default split layer norm of one 4M-element row";
+                  tm.id.c_str(), tm.median_ms, t.bytes / (tm.median_ms * 1e6));
+      if (t.op == OpId::kLayerNorm && t.sizes.size() == 4 && tm.knobs.empty()) {
+        EXPECT_LT(tm.median_ms, 0.2) << "the default split layer norm of one 4M-element row";
       }
     }
   }
