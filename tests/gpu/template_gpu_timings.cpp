@@ -1,7 +1,7 @@
 // Timings of CUDA template defaults and chosen knobs on a real GPU (printed medians and GB/s, one
 // bound: the split layer norm of one 4M-element row), through time_candidates (template_gpu_run.h).
-// Skips without a device. Speed claims live in benchmarks/; the bound only guards the one layout
-// where eager takes 8 ms and a default without the split would too.
+// Skips without a device. Speed claims live in benchmarks/; the bound only guards the default split
+// of the one layout where eager is pathological (8.65 ms, docs/PERF.md).
 #include <gtest/gtest.h>
 
 #include <cstdio>
