@@ -13,7 +13,9 @@ SLICE=${SLICE:?name the slice}; ONLY=${ONLY:?select its cases}
 source "$(dirname "$0")/device_common.sh" "${BUILD_TARGETS:-kernelcraft_lib kernelcraft}"
 W=/tmp/kc-table; MS=$W/ms-$SLICE; mkdir -p $W $MS
 [ -d $W/cache ] || { [ -f .ms-cache/cache.tgz ] && tar -C $W -xzf .ms-cache/cache.tgz; }
-trap 'tar -C $W -czf $OUT/cache.tgz cache; cp $OUT/*.txt $OUT/*.log $MS/ 2>/dev/null; tar -C $W -czf $OUT/ms-$SLICE.tgz ms-$SLICE' EXIT
+# At most eight files come back from a call: the cache, the rows and one tarball of the logs.
+trap 'tar -C $W -czf $OUT/cache.tgz cache; cp $OUT/*.txt $OUT/*.log $MS/ 2>/dev/null; tar -C $W -czf $OUT/ms-$SLICE.tgz ms-$SLICE
+      (cd $OUT && tar czf logs.tgz *.log && rm -f *.log)' EXIT
 common=(--only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes "${MODES:-fwd}" --out $MS
         --cache $W/cache --lib $LIB --cli $CLI --commit "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}")
 # The search gets what is left of EVOLVE_S; a key it did not reach stays a miss and is timed as
