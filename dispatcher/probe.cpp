@@ -5,17 +5,9 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/timing.h"
+
 namespace kc::dispatch {
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 void arm_probe(ServeProbe& p, int calls) {
   std::lock_guard<std::mutex> g(p.mu);
@@ -36,7 +28,7 @@ ProbeVerdict judge_probe(const std::vector<ProbeSample>& samples) {
   int orders = 0;
   for (const auto& r : ratio) {
     if (r.empty()) continue;
-    const double m = median(r);
+    const double m = summarize(r).median_ms;   // the project's one median (of ratios here)
     v.keep = v.keep && m > 1.0;
     log_sum += std::log(std::max(m, 1e-12));
     ++orders;

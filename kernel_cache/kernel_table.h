@@ -26,15 +26,15 @@
 
 namespace kc {
 
-// The first calls of a kernel served in this process run eager too, both timed where the user's
-// program runs (dispatcher/probe.h): a verdict measured in the worker, at another time and under
-// other load, is not proof that the kernel is faster here.
 // One timed pair of serve-probe calls (dispatcher/probe.h).
 struct ProbeSample {
   double served_ms = 0, eager_ms = 0;
   bool served_first = false;            // the kernel ran first (so eager found the inputs in cache)
 };
 
+// The first calls of a kernel served in this process run eager too, both timed where the user's
+// program runs (dispatcher/probe.h): a verdict measured in the worker, at another time and under
+// other load, is not proof that the kernel is faster here.
 struct ServeProbe {
   std::atomic<int> left{0};             // probe calls still to make; 0: serve without probing
   std::mutex mu;                        // guards the samples (probe calls only, never a plain hit)

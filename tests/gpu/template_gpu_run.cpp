@@ -50,6 +50,13 @@ Vec to_memory(const TensorMeta& m, const Vec& v, bool back = false) {
   return out;
 }
 
+// The CUDA template whose space holds `c` (nullptr: none).
+const Template* template_for(const OpCall& c) {
+  for (const Template* x : cuda_templates())
+    if (!x->space(c).empty()) return x;
+  return nullptr;
+}
+
 struct Counts {
   int candidates = 0, unsupported = 0;
 };
@@ -59,9 +66,7 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
   auto cr = make_call(k.op, k.sizes, k.dt, BackendKind::kCuda, k.args);
   ASSERT_TRUE(cr.is_ok()) << describe(k) << ": " << cr.status().to_string();
   const OpCall c = cr.value();
-  const Template* t = nullptr;
-  for (const Template* x : cuda_templates())
-    if (!x->space(c).empty()) t = x;
+  const Template* t = template_for(c);
   ASSERT_NE(t, nullptr) << describe(k);
   auto sp = t->space(c);
   // KC_GPU_TEST_MAX_NUMEL skips big shapes (for runs under compute-sanitizer).
@@ -268,9 +273,7 @@ void run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding
 }
 
 void time_candidates(Gpu& g, const OpCall& c, const std::vector<Knobs>& knobs, double budget_ms, std::vector<Timed>& out) {
-  const Template* tp = nullptr;
-  for (const Template* x : cuda_templates())
-    if (!x->space(c).empty()) tp = x;
+  const Template* tp = template_for(c);
   ASSERT_NE(tp, nullptr) << c.key;
   const Binding bind = c.binding();
   std::vector<void*> ptrs;
