@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 
 #include "evolve/ops/pool.h"
 #include "runtime/ops.h"
@@ -59,18 +58,6 @@ float from_f16(uint16_t h) {
 // ---- fp64 references ---------------------------------------------------------------------------
 
 namespace {
-
-double gelu(double x, bool tanh_approx) {
-  if (!tanh_approx) return 0.5 * x * (1 + std::erf(x * M_SQRT1_2));
-  const double k = std::sqrt(2 / M_PI);
-  return 0.5 * x * (1 + std::tanh(k * (x + 0.044715 * x * x * x)));
-}
-double gelu_grad(double x, bool tanh_approx) {
-  if (!tanh_approx) return 0.5 * (1 + std::erf(x * M_SQRT1_2)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
-  const double k = std::sqrt(2 / M_PI), inner = k * (x + 0.044715 * x * x * x), t = std::tanh(inner);
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-}
-double sigm(double x) { return 1 / (1 + std::exp(-x)); }
 
 // Group norm: (n, g) rows of C / group * HxW, per-channel affine. Kernels fold the affine into
 // y = x * a + b' (a = rstd * w), which rounds x * a at |x| * rstd: hence |mu| * rs / 16 in the scale.
@@ -228,166 +215,88 @@ std::vector<Expect> scan(const OpCall& c, const std::map<std::string, Vec>& in) 
   return {e};
 }
 
+// Softmax and log_softmax over the last dim, in fp64 per row.
+std::vector<Expect> softmax(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const bool log = c.op == OpId::kLogSoftmax;
+  const Vec& x = in.at("self");
+  const size_t L = c.inputs[0].sizes.back(), R = x.size() / L;
+  Expect e{Vec(x.size()), Vec(x.size())};
+  for (size_t r = 0; r < R; ++r) {
+    const double* xr = &x[r * L];
+    double m = -INFINITY;
+    for (size_t j = 0; j < L; ++j) m = std::max(m, xr[j]);
+    double s = 0;
+    for (size_t j = 0; j < L; ++j) s += std::exp(xr[j] - m);
+    for (size_t j = 0; j < L; ++j) {
+      e.ref[r * L + j] = log ? (xr[j] - m) - std::log(s) : std::exp(xr[j] - m) / s;
+      e.scale[r * L + j] = log ? 1 + std::fabs(xr[j] - m) + std::fabs(std::log(s)) : e.ref[r * L + j] + 1e-30;
+    }
+  }
+  return {e};
+}
+
+// Their backward from the forward's output: the row's dot product, then each element.
+std::vector<Expect> softmax_backward(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const bool log = c.op == OpId::kLogSoftmaxBackward;
+  const Vec &g = in.at("grad_output"), &y = in.at("output");
+  const size_t L = c.inputs[0].sizes.back(), R = g.size() / L;
+  Expect e{Vec(g.size()), Vec(g.size())};
+  for (size_t r = 0; r < R; ++r) {
+    double d = 0, da = 0;
+    for (size_t j = 0; j < L; ++j) {
+      d += log ? g[r * L + j] : g[r * L + j] * y[r * L + j];
+      da += std::fabs(log ? g[r * L + j] : g[r * L + j] * y[r * L + j]);
+    }
+    for (size_t j = 0; j < L; ++j) {
+      const double gj = g[r * L + j], yj = y[r * L + j];
+      e.ref[r * L + j] = log ? gj - std::exp(yj) * d : yj * (gj - d);
+      e.scale[r * L + j] = log ? std::fabs(gj) + std::exp(yj) * da : std::fabs(yj) * (std::fabs(gj) + da);
+    }
+  }
+  return {e};
+}
+
+// The reductions, from the CPU tests' fold (tests/unit/reduction_reference.h).
+std::vector<Expect> reduction(const OpCall& c, const std::map<std::string, Vec>& in) {
+  const ReduceGeom g = reduce_geometry(c).value();
+  const int64_t n = c.outputs[0].numel();
+  std::vector<Expect> out(c.outputs.size(), Expect{Vec(n), Vec(n)});
+  for (int64_t o = 0; o < n; ++o) {
+    const red_ref::Out r = red_ref::fold(g, in.at("self"), o, c.outputs[0].dtype == DType::kF32 ? 1.19e-7 : 7.8e-3);
+    out[0].ref[o] = r.ref, out[0].scale[o] = r.scale;
+    if (out.size() > 1) out[1].ref[o] = r.out1, out[1].scale[o] = r.out1_scale;
+  }
+  return out;
+}
+
 }  // namespace
 
 // Inputs by name (schema order) -> expected outputs (out0, out1, ...; empty for absent ones).
 std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>& in) {
-  const bool tanh_approx = c.string_arg("approximate", "none") == "tanh";
-  auto each = [](const Vec& a, const std::function<double(double)>& f, const std::function<double(double)>& sc) {
-    Expect e;
-    for (double x : a) {
-      e.ref.push_back(f(x));
-      e.scale.push_back(sc(x));
-    }
-    return std::vector<Expect>{e};
-  };
-  auto each2 = [](const Vec& g, const Vec& b, const std::function<double(double, double)>& f) {
-    Expect e;
-    for (size_t i = 0; i < g.size(); ++i) {
-      e.ref.push_back(f(g[i], b[i]));
-      e.scale.push_back(std::fabs(g[i]) * (1 + (std::isfinite(b[i]) ? std::fabs(b[i]) : 0.0)));
-    }
-    return std::vector<Expect>{e};
-  };
-  auto mag = [](double x) { return 1 + (std::isfinite(x) ? std::fabs(x) : 0.0); };
-  switch (c.op) {
-    case OpId::kRelu: return each(in.at("self"), [](double x) { return (x > 0 || std::isnan(x)) ? x : 0.0; }, mag);
-    case OpId::kGelu: return each(in.at("self"), [&](double x) { return gelu(x, tanh_approx); }, mag);
-    case OpId::kSilu: return each(in.at("self"), [](double x) { return x * sigm(x); }, mag);
-    case OpId::kSigmoid: return each(in.at("self"), sigm, mag);
-    case OpId::kTanh: return each(in.at("self"), [](double x) { return std::tanh(x); }, mag);
-    // The scalars as the kernels see them (float); fmin/fmax where eager's CUDA std::min/max are.
-    case OpId::kLeakyRelu: {
-      const double sl = static_cast<float>(c.double_arg("negative_slope", 0.01));
-      return each(in.at("self"), [sl](double x) { return x > 0 ? x : x * sl; }, mag);
-    }
-    case OpId::kElu: {
-      const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
-      return each(in.at("self"), [=](double x) { return x > 0 ? x * sc : std::expm1(x * is) * al * sc; }, mag);
-    }
-    case OpId::kHardtanh: {
-      const double lo = c.double_arg("min_val", -1), hi = c.double_arg("max_val", 1);
-      return each(in.at("self"), [=](double x) { return std::isnan(x) ? x : std::fmin(std::fmax(x, lo), hi); }, mag);
-    }
-    case OpId::kHardsigmoid:
-      return each(in.at("self"), [](double x) { return std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6; }, mag);
-    case OpId::kHardswish:
-      return each(in.at("self"), [](double x) { return x * std::fmin(std::fmax(x + 3, 0.0), 6.0) / 6; }, mag);
-    case OpId::kSoftplus: {
-      const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
-      return each(in.at("self"), [=](double x) { return x * be > th ? x : std::log1p(std::exp(x * be)) / be; }, mag);
-    }
-    case OpId::kMish: return each(in.at("self"), [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, mag);
-    case OpId::kLeakyReluBackward: {
-      const double sl = static_cast<float>(c.double_arg("negative_slope", 0.01));
-      return each2(in.at("grad_output"), in.at("self"), [sl](double g, double x) { return x > 0 ? g : g * sl; });
-    }
-    case OpId::kEluBackward: {
-      const double al = c.double_arg("alpha", 1), sc = c.double_arg("scale", 1), is = c.double_arg("input_scale", 1);
-      const bool res = c.int_arg("is_result", 0) != 0;
-      return each2(in.at("grad_output"), in.at("self_or_result"), [=](double g, double x) {
-        if (!(x <= 0)) return g * sc;   // NaN takes the positive branch, as in eager
-        return res ? g * is * (x + al * sc) : g * is * al * sc * std::exp(x * is);
-      });
-    }
-    case OpId::kHardtanhBackward: {
-      const double lo = c.double_arg("min_val", -1), hi = c.double_arg("max_val", 1);
-      return each2(in.at("grad_output"), in.at("self"), [=](double g, double x) { return (x <= lo || x >= hi) ? 0.0 : g; });
-    }
-    case OpId::kHardsigmoidBackward:
-      return each2(in.at("grad_output"), in.at("self"), [](double g, double x) { return (x > -3 && x < 3) ? g / 6 : 0.0; });
-    case OpId::kHardswishBackward:
-      return each2(in.at("grad_output"), in.at("self"),
-                   [](double g, double x) { return x < -3 ? 0.0 : (x <= 3 ? g * (x / 3 + 0.5) : g); });
-    case OpId::kSoftplusBackward: {
-      const double be = c.double_arg("beta", 1), th = c.double_arg("threshold", 20);
-      return each2(in.at("grad_output"), in.at("self"), [=](double g, double x) { return x * be > th ? g : g * sigm(x * be); });
-    }
-    case OpId::kMishBackward:
-      return each2(in.at("grad_output"), in.at("self"), [](double g, double x) {
-        const double t = std::tanh(std::log1p(std::exp(x)));
-        return g * (t + x * sigm(x) * (1 - t * t));
-      });
-    case OpId::kReluBackward: {
-      const float th = static_cast<float>(c.double_arg("threshold", 0));
-      const double t = Host::round(c.inputs[0].dtype, th);
-      return each2(in.at("grad_output"), in.at("self"), [t](double g, double x) { return x <= t ? 0.0 : g; });
-    }
-    case OpId::kGeluBackward:
-      return each2(in.at("grad_output"), in.at("self"), [&](double g, double x) { return g * gelu_grad(x, tanh_approx); });
-    case OpId::kSiluBackward:
-      return each2(in.at("grad_output"), in.at("self"),
-                   [](double g, double x) { return g * sigm(x) * (1 + x * (1 - sigm(x))); });
-    case OpId::kSigmoidBackward:
-      return each2(in.at("grad_output"), in.at("output"), [](double g, double y) { return g * (1 - y) * y; });
-    case OpId::kTanhBackward:
-      return each2(in.at("grad_output"), in.at("output"), [](double g, double y) { return g * (1 - y * y); });
-    default: break;
+  switch (op_info(c.op).family) {
+    case OpFamily::kUnary: return unary(c, in);                     // template_gpu_reference_unary.cpp
+    case OpFamily::kUnaryBackward: return unary_backward(c, in);
+    case OpFamily::kSoftmax: return softmax(c, in);
+    case OpFamily::kSoftmaxBackward: return softmax_backward(c, in);
+    case OpFamily::kGroupNorm: return group_norm(c, in);
+    case OpFamily::kBatchNorm: return batch_norm(c, in);
+    case OpFamily::kBatchNormBackward: return batch_norm_backward(c, in);
+    case OpFamily::kGroupNormBackward: return group_norm_backward(c, in);
+    case OpFamily::kEmbeddingBackward: return embedding_backward(c, in);
+    case OpFamily::kScan: return scan(c, in);
+    case OpFamily::kPool: return pool(c, in);
+    case OpFamily::kReduction: return reduction(c, in);
+    case OpFamily::kPoolBackward: return pool_backward(c, in);
+    case OpFamily::kLoss: return loss(c, in);
+    case OpFamily::kLossBackward: return loss_backward(c, in);
+    case OpFamily::kCrossEntropy: return cross_entropy(c, in);
+    case OpFamily::kCrossEntropyBackward: return cross_entropy_backward(c, in);
+    case OpFamily::kRmsNorm: return rms_norm(c, in);
+    case OpFamily::kRmsNormBackward: return rms_norm_backward(c, in);
+    case OpFamily::kKlDiv: return kl_div(c, in);
+    case OpFamily::kKlDivBackward: return kl_div_backward(c, in);
+    default: return layer_norm(c, in);   // template_gpu_layer_norm.cpp
   }
-  const bool log = c.op == OpId::kLogSoftmax || c.op == OpId::kLogSoftmaxBackward;
-  if (c.op == OpId::kSoftmax || c.op == OpId::kLogSoftmax) {
-    const Vec& x = in.at("self");
-    const size_t L = c.inputs[0].sizes.back(), R = x.size() / L;
-    Expect e{Vec(x.size()), Vec(x.size())};
-    for (size_t r = 0; r < R; ++r) {
-      const double* xr = &x[r * L];
-      double m = -INFINITY;
-      for (size_t j = 0; j < L; ++j) m = std::max(m, xr[j]);
-      double s = 0;
-      for (size_t j = 0; j < L; ++j) s += std::exp(xr[j] - m);
-      for (size_t j = 0; j < L; ++j) {
-        e.ref[r * L + j] = log ? (xr[j] - m) - std::log(s) : std::exp(xr[j] - m) / s;
-        e.scale[r * L + j] = log ? 1 + std::fabs(xr[j] - m) + std::fabs(std::log(s)) : e.ref[r * L + j] + 1e-30;
-      }
-    }
-    return {e};
-  }
-  if (c.op == OpId::kSoftmaxBackward || c.op == OpId::kLogSoftmaxBackward) {
-    const Vec &g = in.at("grad_output"), &y = in.at("output");
-    const size_t L = c.inputs[0].sizes.back(), R = g.size() / L;
-    Expect e{Vec(g.size()), Vec(g.size())};
-    for (size_t r = 0; r < R; ++r) {
-      double d = 0, da = 0;
-      for (size_t j = 0; j < L; ++j) {
-        d += log ? g[r * L + j] : g[r * L + j] * y[r * L + j];
-        da += std::fabs(log ? g[r * L + j] : g[r * L + j] * y[r * L + j]);
-      }
-      for (size_t j = 0; j < L; ++j) {
-        const double gj = g[r * L + j], yj = y[r * L + j];
-        e.ref[r * L + j] = log ? gj - std::exp(yj) * d : yj * (gj - d);
-        e.scale[r * L + j] = log ? std::fabs(gj) + std::exp(yj) * da : std::fabs(yj) * (std::fabs(gj) + da);
-      }
-    }
-    return {e};
-  }
-  if (c.op == OpId::kGroupNorm) return group_norm(c, in);
-  if (c.op == OpId::kBatchNorm) return batch_norm(c, in);
-  if (c.op == OpId::kBatchNormBackward) return batch_norm_backward(c, in);
-  if (c.op == OpId::kGroupNormBackward) return group_norm_backward(c, in);
-  if (c.op == OpId::kEmbeddingBackward) return embedding_backward(c, in);
-  if (op_info(c.op).family == OpFamily::kScan) return scan(c, in);
-  if (op_info(c.op).family == OpFamily::kPool) return pool(c, in);
-  if (op_info(c.op).family == OpFamily::kReduction) {   // tests/unit/reduction_reference.h
-    const ReduceGeom g = reduce_geometry(c).value();
-    const int64_t n = c.outputs[0].numel();
-    std::vector<Expect> out(c.outputs.size(), Expect{Vec(n), Vec(n)});
-    for (int64_t o = 0; o < n; ++o) {
-      const red_ref::Out r = red_ref::fold(g, in.at("self"), o, c.outputs[0].dtype == DType::kF32 ? 1.19e-7 : 7.8e-3);
-      out[0].ref[o] = r.ref, out[0].scale[o] = r.scale;
-      if (out.size() > 1) out[1].ref[o] = r.out1, out[1].scale[o] = r.out1_scale;
-    }
-    return out;
-  }
-  if (op_info(c.op).family == OpFamily::kPoolBackward) return pool_backward(c, in);
-  if (op_info(c.op).family == OpFamily::kLoss) return loss(c, in);
-  if (op_info(c.op).family == OpFamily::kLossBackward) return loss_backward(c, in);
-  if (c.op == OpId::kCrossEntropy) return cross_entropy(c, in);
-  if (c.op == OpId::kCrossEntropyBackward) return cross_entropy_backward(c, in);
-  if (c.op == OpId::kRmsNorm) return rms_norm(c, in);
-  if (c.op == OpId::kRmsNormBackward) return rms_norm_backward(c, in);
-  if (c.op == OpId::kKlDiv) return kl_div(c, in);
-  if (c.op == OpId::kKlDivBackward) return kl_div_backward(c, in);
-  return layer_norm(c, in);   // template_gpu_layer_norm.cpp
 }
 
 // ---- inputs --------------------------------------------------------------------------------------

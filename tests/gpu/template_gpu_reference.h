@@ -78,6 +78,9 @@ struct Expect {
 
 // Inputs by name (schema order) -> expected outputs (out0, out1, ...; empty for absent ones).
 std::vector<Expect> reference(const OpCall& c, const std::map<std::string, Vec>& in);
+// The activations and their backward (template_gpu_reference_unary.cpp).
+std::vector<Expect> unary(const OpCall& c, const std::map<std::string, Vec>& in);
+std::vector<Expect> unary_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 // Pooling backward (template_gpu_reference_pool.cpp): grad_input by the scatter of the definition.
 std::vector<Expect> pool_backward(const OpCall& c, const std::map<std::string, Vec>& in);
 // Max pooling backward's indices: the forward's argmax of in["self"], as training saves them.
