@@ -2,7 +2,7 @@
 // _adaptive_avg_pool2d/3d (all but the global 1x1 output: templates_cuda_pool_global.cpp) over
 // dense (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t
 // axis, so one body serves all six ops (adaptive with its own window function). Each thread owns
-// VPT outputs of one output row. Two kernels, chosen by the knob `bake`:
+// VPT outputs of one output row. Three kernels, chosen by the knobs `bake` and `rows`:
 //  - runtime (bake 0, the only one for adaptive): sizes, windows, strides, padding and dilation
 //    are kernel arguments, so the source depends on op, dtype and knobs only; the VPT outputs are
 //    consecutive and overlapping windows re-read their input from L1/L2;
@@ -10,7 +10,11 @@
 //    dilation, divisor) is compile-time, so the source also depends on it and every tap loop
 //    unrolls, with the knobs `il` (the VPT outputs interleaved across the warp: every load
 //    coalesced) and `regs` (consecutive outputs share one register copy of their input row span:
-//    each input element loaded once per row a thread).
+//    each input element loaded once per row a thread);
+//  - strip (baked, knob `rows` > 1, where windows overlap along H): a thread also owns `rows`
+//    consecutive output rows, and each input row they share is loaded once.
+#include <set>
+
 #include "evolve/ops/pool.h"
 #include "evolve/propose/templates_cuda_common.h"
 
@@ -206,6 +210,117 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
 }
 )CU";
 
+// The strip kernel (baked, knob `rows` > 1): a thread owns ROWS consecutive output rows along H
+// (one plane and t) as well as its VPT columns, so where windows overlap along H (stride below the
+// dilated extent) each input row of the strip's span is loaded once into registers and taken by
+// every output row whose window holds it, instead of once per output row: a 3x3 stride-1 window
+// over 4 rows loads 6 rows, not 12. kc_tap says at compile time which output rows take input row i
+// of the span; taps outside the input are skipped (the window clipping of kc_win, since a tap of
+// the lattice inside the input is inside the clipped window). Each output still takes its taps in
+// (t, h, w) order, so max's ties and NaNs and avg's fp32 sum are the other kernels' bit for bit.
+const char* kPoolStripKernel = R"CU(
+constexpr int HSPAN = (ROWS - 1) * SH + (KH - 1) * DH + 1, NV = REGS ? SPAN : VPT * KW;
+__device__ __forceinline__ constexpr bool kc_tap(int i, int r) {
+  return i >= r * SH && (i - r * SH) % DH == 0 && (i - r * SH) / DH < KH;
+}
+__device__ __forceinline__ constexpr bool kc_used(int i) {
+  bool u = false;
+  for (int r = 0; r < ROWS; ++r) u = u || kc_tap(i, r);
+  return u;
+}
+__device__ __forceinline__ void kc_take(float& acc, long long& best, float val, long long i) {
+  if constexpr (MAX) {
+    if (val > acc || val != val) { acc = val; best = i; }   // first index on ties, the last NaN wins
+  } else {
+    acc += val;
+  }
+}
+// One input row's taps into registers, the reduction's identity where a tap is outside the row
+// (-inf never beats -inf or a value and is no NaN; +0 leaves a sum that starts at +0 exact).
+__device__ __forceinline__ void kc_load(const T* __restrict__ rp, int IW, int c0, const int* w0, const int* w1, float* r) {
+  const float id = MAX ? -KC_INF : 0.f;
+  if constexpr (REGS) {
+#pragma unroll
+    for (int j = 0; j < SPAN; ++j) r[j] = (unsigned)(c0 + j) < (unsigned)IW ? ld(rp[c0 + j]) : id;
+  } else {
+#pragma unroll
+    for (int v = 0; v < VPT; ++v)
+#pragma unroll
+      for (int j = 0; j < KW; ++j) {
+        const int w = w0[v] + j * DW;
+        r[v * KW + j] = w < w1[v] ? ld(rp[w]) : id;
+      }
+  }
+}
+__device__ __forceinline__ void kc_apply(const float* r, long long base, int c0, const int* w0, float* acc, long long* best) {
+#pragma unroll
+  for (int v = 0; v < VPT; ++v)
+#pragma unroll
+    for (int j = 0; j < KW; ++j)
+      if constexpr (REGS) kc_take(acc[v], best[v], r[v * SW + j * DW], base + c0 + v * SW + j * DW);
+      else kc_take(acc[v], best[v], r[v * KW + j], base + w0[v] + j * DW);
+}
+extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
+    long long rows, int IT, int IH, int IW, int OT, int OH, int OW) {
+  const long long owc = (OW + VPT - 1) / VPT, ohc = (OH + ROWS - 1) / ROWS, total = rows / OH * ohc * owc;
+  const long long step = GS ? (long long)gridDim.x * NT : total;
+  for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
+    const long long r1 = it / owc, pt = r1 / ohc, plane = pt / OT;   // pt: the (plane, t) of the strip
+    const int oc = (int)(it - r1 * owc), oh0 = (int)(r1 - pt * ohc) * ROWS, ot = (int)(pt - plane * OT);
+    const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
+    int t0, t1, tn, h0[ROWS], h1[ROWS], hn[ROWS], ow[VPT], w0[VPT], w1[VPT], wn[VPT];
+    kc_win(ot, ST, PT, KT, DT, IT, t0, t1, tn);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) kc_win(min(oh0 + r, OH - 1), SH, PH, KH, DH, IH, h0[r], h1[r], hn[r]);
+    float acc[ROWS][VPT];
+    long long best[ROWS][VPT];
+#pragma unroll
+    for (int v = 0; v < VPT; ++v) {
+      ow[v] = IL ? oc + v * (int)owc : oc * VPT + v;
+      kc_win(min(ow[v], OW - 1), SW, PW, KW, DW, IW, w0[v], w1[v], wn[v]);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        acc[r][v] = MAX ? -KC_INF : 0.f;
+        best[r][v] = ((long long)t0 * IH + h0[r]) * IW + w0[v];   // eager's index when nothing beats -inf
+      }
+    }
+    const int c0 = oc * VPT * SW - PW, hb = oh0 * SH - PH;
+#pragma unroll
+    for (int jt = 0; jt < KT; ++jt) {
+      const int t = t0 + jt * DT;
+      if (t >= t1) continue;
+#pragma unroll
+      for (int i = 0; i < HSPAN; ++i) {
+        const int h = hb + i;
+        if (!kc_used(i) || (unsigned)h >= (unsigned)IH) continue;
+        const long long base = ((long long)t * IH + h) * IW;
+        float r[NV];
+        kc_load(xp + base, IW, c0, w0, w1, r);
+#pragma unroll
+        for (int o = 0; o < ROWS; ++o)
+          if (kc_tap(i, o)) kc_apply(r, base, c0, w0, acc[o], best[o]);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < ROWS; ++o) {
+      if (oh0 + o >= OH) break;
+      const long long ob = (pt * OH + oh0 + o) * OW;
+#pragma unroll
+      for (int v = 0; v < VPT; ++v) {
+        if (ow[v] >= OW) continue;
+        if constexpr (MAX) {
+          out[ob + ow[v]] = st(acc[o][v]);
+          KC_IDX_STORE(ob + ow[v], best[o][v]);
+        } else {
+          const int cnt = DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn[o] * wn[v] : (t1 - t0) * (h1[o] - h0[o]) * (w1[v] - w0[v]);
+          out[ob + ow[v]] = st(acc[o][v] / (float)cnt);
+        }
+      }
+    }
+  }
+}
+)CU";
+
 bool is_max(OpId op) { return op == OpId::kMaxPool2d || op == OpId::kMaxPool3d; }
 
 // Registers the REGS row span may take (floats a thread).
@@ -219,6 +334,16 @@ bool bakeable(const PoolGeom& g) { return !g.adaptive && g.k[0] * g.k[1] * g.k[2
 
 // The input columns one row of VPT consecutive windows covers along W.
 int64_t row_span(const PoolGeom& g, int64_t vpt) { return (vpt - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1; }
+
+// The input rows a strip of r output rows loads: the distinct taps of their windows along H (a
+// stride-1 3-row window: r + 2 of 3r; stride 2 with dilation 3 shares almost none). Strips are
+// offered where they load at most 4/5 of the rows that separate output rows would.
+int64_t strip_rows(const PoolGeom& g, int64_t r) {
+  std::set<int64_t> used;
+  for (int64_t o = 0; o < r; ++o)
+    for (int64_t j = 0; j < g.k[1]; ++j) used.insert(o * g.s[1] + j * g.d[1]);
+  return static_cast<int64_t>(used.size());
+}
 
 class PoolTemplate : public Template {
  public:
@@ -242,6 +367,11 @@ class PoolTemplate : public Template {
     std::vector<KnobDim> sp = {{"bake", {1, 0}}, {"threads", {256, 128, 512, 64, 1024}},
                                {"vpt", with_default(vpt, vpt.size() > 1 ? 2 : 1)}, {"il", {1, 0}}};
     sp.push_back({"regs", g.s[2] < row_span(g, 1) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}});
+    // Output rows a thread owns along H (the strip kernel), where their windows share input rows:
+    // each shared row is then loaded once a strip rather than once an output row.
+    std::vector<int64_t> rows = {1};
+    for (int64_t r : {2, 4}) if (g.out[1] >= r && 5 * strip_rows(g, r) <= 4 * r * g.k[1]) rows.push_back(r);
+    if (rows.size() > 1) sp.push_back({"rows", rows});
     sp.push_back({"gs", {0, 1}});
     return sp;
   }
@@ -259,22 +389,26 @@ class PoolTemplate : public Template {
     // and a single output have no layout, and a register span needs consecutive outputs.
     if (k.count("bake") && (!bake || k.at("vpt") == 1)) k["il"] = k["regs"] = 0;
     if (k.count("regs") && k.at("regs")) k["il"] = 0;
-    const int64_t nt = k.at("threads"), vpt = k.at("vpt");
+    if (k.count("rows") && !bake) k["rows"] = 1;
+    const int64_t nt = k.at("threads"), vpt = k.at("vpt"), rows = k.count("rows") ? k.at("rows") : 1;
     if (bake && k.at("regs") && row_span(g, vpt) > kMaxSpan)
       return unsupported("a row span of " + S(row_span(g, vpt)) + " inputs does not fit the registers");
     const bool gs = k.at("gs") != 0, mx = is_max(c.op);
-    const int64_t items = g.planes * g.out[0] * g.out[1] * cdiv(g.out[2], vpt);
+    const int64_t items = g.planes * g.out[0] * cdiv(g.out[1], rows) * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
     const std::string entry = mx ? "kc_max_pool" : g.adaptive ? "kc_adaptive_avg_pool" : "kc_avg_pool";
     const DType dt = c.inputs[0].dtype;
     std::string src = "// kernelcraft cuda.pool " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
                       (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
-                      (bake ? baked_consts(g, k) : "") +
+                      (bake ? baked_consts(g, k) : "") + (rows > 1 ? "constexpr int ROWS = " + S(rows) + ";\n" : "") +
                       (mx ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
-                      (g.adaptive ? kAdaptiveWin : kPoolWin) + with_entry(bake ? kPoolBakedKernel : kPoolKernel, entry);
-    const std::string its = "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
+                      (g.adaptive ? kAdaptiveWin : kPoolWin) +
+                      with_entry(rows > 1 ? kPoolStripKernel : bake ? kPoolBakedKernel : kPoolKernel, entry);
+    const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
+                                           S(rows) + ") * ceil_div(size(out0, -1), " + S(vpt) + ")"
+                                     : "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
     const std::string grid = gs ? "min(ceil_div(" + its + ", " + S(nt) + "), " + S(kSms * (2048 / nt)) + ")"
                                 : "ceil_div(" + its + ", " + S(nt) + ")";
     return make_candidate(name(), k, std::move(src), json::array({launch(entry, {grid}, {nt}, launch_args(g, mx, bake))}));

@@ -64,5 +64,44 @@ TEST_F(Gpu, Timings) {
   }
 }
 
+// Pooling strips (`rows`) against one output row a thread, and var_mean's chunked Welford, in
+// fp32 and bf16 at the shapes where they trailed torch.compile (docs/PERF.md); printed only.
+TEST_F(Gpu, TimingsPoolVar) {
+  struct T {
+    OpId op;
+    std::vector<int64_t> sizes;
+    json args;
+    std::vector<Knobs> knobs;
+    double elems_in, elems_out;   // elements read and written (max pooling adds 8-byte indices)
+  };
+  const json s1 = {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, stem = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
+  const json k4 = {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}};
+  const double a2 = 16.0 * 64 * 256 * 256, r = 16.0 * 4096 * 1023;
+  const std::vector<T> ts = {
+      {OpId::kAvgPool2d, {16, 64, 256, 256}, s1,
+       {{}, {{"vpt", 2}, {"regs", 1}}, {{"rows", 2}}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}, {{"rows", 4}, {"vpt", 1}},
+        {{"rows", 4}, {"threads", 128}}}, a2, a2},
+      {OpId::kMaxPool2d, {32, 64, 112, 112}, stem, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}, {{"rows", 4}, {"vpt", 4}}},
+       32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
+      {OpId::kMaxPool2d, {16, 32, 256, 256}, k4, {{}, {{"rows", 2}}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}},
+       16.0 * 32 * 256 * 256, 16.0 * 32 * 255 * 255},
+      {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}}, r, 2 * 16.0 * 4096},
+      {OpId::kVarMean, {32, 256, 56, 56}, {{"dim", {0, 2, 3}}}, {{}}, 32.0 * 256 * 56 * 56, 512},
+  };
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (const T& t : ts) {
+      auto cr = make_call(t.op, t.sizes, dt, BackendKind::kCuda, t.args);
+      ASSERT_TRUE(cr.is_ok()) << cr.status().to_string();
+      std::vector<gpu_run::Timed> timed;
+      gpu_run::time_candidates(*this, cr.value(), t.knobs, 200, timed);
+      ASSERT_FALSE(HasFatalFailure());
+      const double es = dt == DType::kF32 ? 4 : 2;
+      const double bytes = (t.elems_in + t.elems_out) * es + (t.op == OpId::kMaxPool2d ? 8 * t.elems_out : 0);
+      for (const gpu_run::Timed& tm : timed)
+        std::printf("%-14s %-4s %-24s %-80s %8.4f ms  %6.0f GB/s\n", op_info(t.op).name, dtype_name(dt),
+                    json(t.sizes).dump().c_str(), tm.id.c_str(), tm.median_ms, bytes / (tm.median_ms * 1e6));
+    }
+}
+
 }  // namespace
 }  // namespace kc::evolve

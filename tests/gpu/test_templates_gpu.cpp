@@ -147,13 +147,19 @@ TEST_F(Gpu, Pool) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     cs.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, dt, m3, 1, {{{"bake", 0}}, {{"vpt", 4}, {"regs", 1}}}});
     cs.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, dt, a3, 1, {{{"vpt", 4}, {"il", 0}}}});
-    cs.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, dt, a2, 1, {{{"vpt", 8}, {"regs", 1}}}});
+    cs.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, dt, a2, 1, {{{"vpt", 8}, {"regs", 1}}, {{"rows", 4}, {"vpt", 2}}}});
     cs.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, dt, m2, 1});
+    cs.push_back({OpId::kMaxPool2d, {8, 64, 112, 112}, dt, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, 1,
+                  {{{"rows", 4}}, {{"rows", 4}, {"vpt", 4}, {"il", 0}}}});
   }
   // Odd small shapes: unbatched, ceil mode, dilation, count_include_pad off, divisor_override;
   // each with the runtime kernel and the baked one's output layouts (interleaved, consecutive,
   // register span) at partial last rows.
-  const std::vector<Knobs> layouts = {{{"bake", 0}, {"vpt", 2}}, {{"vpt", 2}, {"il", 0}}, {{"vpt", 2}, {"regs", 1}}};
+  // Where windows share input rows along H, strips of 2 and 4 output rows in each layout (partial
+  // last strips; a call whose space lacks them renders without).
+  const std::vector<Knobs> layouts = {{{"bake", 0}, {"vpt", 2}}, {{"vpt", 2}, {"il", 0}}, {{"vpt", 2}, {"regs", 1}},
+                                      {{"rows", 2}, {"vpt", 2}}, {{"rows", 2}, {"vpt", 2}, {"regs", 1}},
+                                      {{"rows", 4}, {"vpt", 4}, {"il", 0}}};
   cs.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}, 6,
                 {{{"vpt", 4}, {"gs", 1}}, {{"bake", 0}, {"vpt", 4}, {"gs", 1}}, {{"vpt", 4}, {"il", 0}}}});
   cs.push_back({OpId::kMaxPool2d, {2, 2, 11, 13}, DType::kF16,
@@ -161,12 +167,14 @@ TEST_F(Gpu, Pool) {
   cs.push_back({OpId::kMaxPool3d, {2, 2, 7, 9, 10}, DType::kBF16, m3, 4, layouts});
   cs.push_back({OpId::kAvgPool2d, {2, 3, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
                                                                {"count_include_pad", false}}, 4,
-                {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"vpt", 4}, {"il", 0}}, {{"bake", 0}}}});
+                {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"vpt", 4}, {"il", 0}}, {{"bake", 0}}, {{"rows", 4}, {"vpt", 4}},
+                 {{"rows", 4}, {"regs", 1}, {"vpt", 2}}}});
   cs.push_back({OpId::kAvgPool2d, {1, 2, 8, 8}, DType::kBF16, {{"kernel_size", 2}, {"divisor_override", 3}}, 2,
                 {{{"vpt", 4}}, {{"bake", 0}}}});
   cs.push_back({OpId::kAvgPool3d, {2, 5, 6, 7}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
                                                               {"ceil_mode", true}, {"count_include_pad", false}}, 4,
-                {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"bake", 0}, {"vpt", 4}}}});
+                {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"bake", 0}, {"vpt", 4}}, {{"rows", 4}, {"vpt", 2}},
+                 {{"rows", 4}, {"regs", 1}, {"vpt", 4}}}});
   // Adaptive: non-divisible and upsampling sizes (the window kernel), the global average (the row
   // kernel, cuda.pool_global) at ResNet-50's head and an odd plane.
   cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}, 4});

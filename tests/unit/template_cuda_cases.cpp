@@ -113,15 +113,18 @@ std::vector<Case> cases() {
   v.push_back({OpId::kEmbeddingBackward, {8192, 768}, DType::kF16, {{"num_weights", 50257}, {"index_dtype", "i32"}}, 2});
   v.push_back({OpId::kEmbeddingBackward, {3, 11, 7}, DType::kF32, {{"num_weights", 300000}, {"padding_idx", 5}, {"scale_grad_by_freq", true}}});
   // Pooling: the measured shapes, each dtype, unbatched, ceil mode, dilation, divisor_override;
-  // extras: every kernel (runtime, baked with interleaved, consecutive or register-span outputs)
-  // at every output count is compiled on some call, whatever the sample draws.
+  // extras: every kernel (runtime, baked with interleaved, consecutive or register-span outputs,
+  // strips of output rows) at every output count is compiled on some call, whatever the sample draws.
   const json p3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
   v.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}, 6,
                {{{"bake", 0}}, {{"vpt", 8}, {"il", 0}}, {{"vpt", 4}, {"regs", 1}}, {{"vpt", 1}}}});
   v.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, DType::kBF16, p3, 3,
                {{{"vpt", 8}, {"regs", 1}}, {{"vpt", 4}, {"il", 0}}, {{"bake", 0}, {"vpt", 8}}}});
   v.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 6,
-               {{{"vpt", 8}, {"regs", 1}}, {{"vpt", 2}, {"regs", 1}, {"threads", 1024}}}});
+               {{{"vpt", 8}, {"regs", 1}}, {{"vpt", 2}, {"regs", 1}, {"threads", 1024}}, {{"rows", 4}},
+                {{"rows", 2}, {"vpt", 4}, {"regs", 1}}, {{"rows", 4}, {"vpt", 8}, {"il", 0}}}});
+  v.push_back({OpId::kMaxPool2d, {32, 64, 112, 112}, DType::kBF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, 2,
+               {{{"rows", 4}}, {{"rows", 4}, {"vpt", 4}, {"regs", 1}}}});
   v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3,
                {{{"il", 0}}, {{"vpt", 8}}}});
   v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}, 2,

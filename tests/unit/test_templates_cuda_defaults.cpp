@@ -18,7 +18,8 @@ using cuda_cases::cuda_template_for;
 
 // cuda.pool: the baked kernel is the default (window in the source, not in the arguments), the
 // runtime kernel stays reachable, knobs a variant ignores are canonical, a register span too wide
-// for the registers is kUnsupported, and adaptive calls offer the runtime kernel only.
+// for the registers is kUnsupported, strips of output rows go with the baked kernel where windows
+// overlap along H, and adaptive calls offer the runtime kernel only.
 TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   const json m3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}};
   OpCall c = call_of({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, DType::kF32, m3});
@@ -41,6 +42,23 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_TRUE(span.is_ok());
   EXPECT_EQ(span->knobs.at("il"), 0);   // a register span needs consecutive outputs
 
+  // Strips of output rows: baked only, offered where the strip's windows share input rows (not at
+  // stride 2 with dilation 3, nor where windows do not overlap), launched over strips.
+  for (const auto& d : t->space(c)) EXPECT_NE(d.name, "rows");
+  OpCall k2 = call_of({OpId::kMaxPool2d, {8, 64, 112, 112}, DType::kF32, {{"kernel_size", 2}, {"stride", 2}}});
+  for (const auto& d : t->space(k2)) EXPECT_NE(d.name, "rows");
+  OpCall s1 = call_of({OpId::kAvgPool2d, {16, 64, 256, 256}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}});
+  auto strip = t->render(s1, {{"rows", 4}});
+  ASSERT_TRUE(strip.is_ok()) << strip.status().to_string();
+  EXPECT_EQ(strip->knobs.at("rows"), 4);
+  EXPECT_NE(strip->source.find("constexpr int ROWS = 4;"), std::string::npos);
+  EXPECT_NE(strip->launch.dump().find("ceil_div(size(out0, -2), 4)"), std::string::npos);
+  EXPECT_EQ(t->render(s1, {{"bake", 0}, {"rows", 4}})->id(), t->render(s1, {{"bake", 0}})->id());
+  OpCall stem = call_of({OpId::kMaxPool2d, {32, 64, 112, 112}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}});
+  bool four = false;   // 9 rows for 4 outputs instead of 12
+  for (const auto& d : t->space(stem)) four = four || (d.name == "rows" && d.values == std::vector<int64_t>{1, 4});
+  EXPECT_TRUE(four);
+
   OpCall wide = call_of({OpId::kMaxPool2d, {1, 1, 4, 200}, DType::kF32,
                          {{"kernel_size", {1, 8}}, {"stride", {1, 2}}, {"dilation", {1, 4}}}});
   auto too_wide = t->render(wide, {{"regs", 1}, {"vpt", 4}});   // 3 * 2 + 7 * 4 + 1 = 35 registers
@@ -49,7 +67,7 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   EXPECT_TRUE(t->render(wide, {{"regs", 1}, {"vpt", 2}}).is_ok());
 
   OpCall ad = call_of({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}});
-  for (const auto& d : t->space(ad)) EXPECT_TRUE(d.name != "bake" && d.name != "il" && d.name != "regs") << d.name;
+  for (const auto& d : t->space(ad)) EXPECT_TRUE(d.name != "bake" && d.name != "il" && d.name != "regs" && d.name != "rows") << d.name;
 }
 
 // Layer norm in halves: 8 halves (16 bytes) a vector load where the row allows, statistics in
