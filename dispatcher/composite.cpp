@@ -39,6 +39,8 @@ bool register_composite(OpId op) {
       case OpId::kCrossEntropy: register_cross_entropy(); return true;
       case OpId::kRmsNorm: register_rms_norm(); return true;
       case OpId::kKlDiv: register_kl_div(); return true;
+      case OpId::kMaxPool2dValues:
+      case OpId::kMaxPool3dValues: register_max_pool(op); return true;
       case OpId::kCrossEntropyBackward:
       case OpId::kRmsNormBackward:
       case OpId::kKlDivBackward: return true;   // installed with its forward

@@ -1,7 +1,8 @@
 // Composites caught above autograd as one call (runtime/ops.def KC_COMPOSITE rows): a kernel at
 // AutogradCPU / AutogradCUDA that serves kernelcraft's own forward and backward pair, with a C++
 // autograd node between them, or runs PyTorch's composite itself. One file per composite:
-// dispatcher/cross_entropy.cpp, dispatcher/rms_norm.cpp, dispatcher/kl_div.cpp.
+// dispatcher/cross_entropy.cpp, dispatcher/rms_norm.cpp, dispatcher/kl_div.cpp, and one without a
+// backward: dispatcher/max_pool.cpp (the values of a max pool that wants no gradient).
 #pragma once
 #include <memory>
 #include <optional>
@@ -96,5 +97,6 @@ bool register_composite(OpId op);
 void register_cross_entropy();   // aten::cross_entropy_loss (cross_entropy.cpp)
 void register_rms_norm();        // aten::rms_norm (rms_norm.cpp)
 void register_kl_div();          // aten::kl_div (kl_div.cpp)
+void register_max_pool(OpId op); // aten::max_pool2d or max_pool3d, by its values row (max_pool.cpp)
 
 }  // namespace kc::dispatch

@@ -46,7 +46,7 @@ Result<std::vector<TensorMeta>> pool_outputs(const OpCall& c) {
   std::vector<int64_t> sizes(x.sizes.begin(), x.sizes.end() - g->nd);
   for (int a = 3 - g->nd; a < 3; ++a) sizes.push_back(g->out[a]);
   std::vector<TensorMeta> out = {dense_meta("out0", sizes, x.dtype)};
-  if (g->max) out.push_back(dense_meta("out1", sizes, DType::kI64));
+  if (g->max && g->indices) out.push_back(dense_meta("out1", sizes, DType::kI64));
   return out;
 }
 
@@ -117,6 +117,8 @@ std::optional<PoolOp> pool_op(OpId op) {
   switch (op) {
     case OpId::kMaxPool2d: return PoolOp{PoolKind::kMax, 2, false};
     case OpId::kMaxPool3d: return PoolOp{PoolKind::kMax, 3, false};
+    case OpId::kMaxPool2dValues: return PoolOp{PoolKind::kMax, 2, false, false};
+    case OpId::kMaxPool3dValues: return PoolOp{PoolKind::kMax, 3, false, false};
     case OpId::kAvgPool2d: return PoolOp{PoolKind::kAvg, 2, false};
     case OpId::kAvgPool3d: return PoolOp{PoolKind::kAvg, 3, false};
     case OpId::kAdaptiveAvgPool2d: return PoolOp{PoolKind::kAdaptive, 2, false};
@@ -208,6 +210,7 @@ Result<PoolGeom> pool_geometry(const OpCall& c) {
   if (!po) return invalid("not a pooling op");
   PoolGeom g;
   g.max = po->kind == PoolKind::kMax;
+  g.indices = g.max && po->indices;
   g.adaptive = po->kind == PoolKind::kAdaptive;
   g.backward = po->backward;
   g.nd = po->nd;

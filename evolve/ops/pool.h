@@ -1,4 +1,7 @@
-// Pooling (max_pool2d/3d_with_indices, avg_pool2d/3d, _adaptive_avg_pool2d/3d) and its backward
+// Pooling (max_pool2d/3d_with_indices, avg_pool2d/3d, _adaptive_avg_pool2d/3d, and kernelcraft's
+// max_pool2d/3d_values: aten::max_pool2d/3d caught above autograd where no gradient is wanted, so
+// the values alone, without the int64 indices that are 2/3 of a stride-1 pool's bytes; see
+// dispatcher/max_pool.cpp) and its backward
 // (the PoolBackward family), torch-free geometry shared by the schemas (pool.cpp,
 // pool_backward.cpp), the references and the templates: the window of every spatial axis with
 // ATen's list broadcasting (one value for every axis, an empty stride = the kernel) and
@@ -20,6 +23,7 @@ struct PoolOp {
   PoolKind kind = PoolKind::kMax;
   int nd = 2;              // spatial dims: 2 or 3
   bool backward = false;   // grad_input from grad_output (and indices for max)
+  bool indices = true;     // max pooling writes int64 indices beside the values
 };
 std::optional<PoolOp> pool_op(OpId op);
 
@@ -27,7 +31,8 @@ std::optional<PoolOp> pool_op(OpId op);
 // ATen's kernels hold them. For adaptive pooling k is the longest window of the axis (the error
 // model's term count), s = d = 1 and p = 0.
 struct PoolGeom {
-  bool max = true;               // max pooling (values + int64 indices)
+  bool max = true;               // max pooling (values + int64 indices, or values alone: !indices)
+  bool indices = true;           // max: the int64 indices are an output too
   bool adaptive = false;         // adaptive average pooling (else: windowed average when !max)
   bool backward = false;
   int nd = 2;                    // spatial dims: 2 or 3

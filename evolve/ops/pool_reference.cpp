@@ -20,6 +20,12 @@ std::vector<at::Tensor> pool_eager(const OpCall& c, const std::vector<at::Tensor
   if (c.op == OpId::kAdaptiveAvgPool3d) return {at::_adaptive_avg_pool3d(in[0], c.list_arg("output_size"))};
   const auto k = c.list_arg("kernel_size"), s = c.list_arg("stride"), p = c.list_arg("padding");
   const bool ceil = c.int_arg("ceil_mode", 0) != 0;
+  // The values alone: aten::max_pool2d / max_pool3d, as the caught call runs them (CUDA computes
+  // and drops the indices; CPU has a values-only kernel).
+  if (c.op == OpId::kMaxPool2dValues || c.op == OpId::kMaxPool3dValues) {
+    const auto d = c.list_arg("dilation");
+    return {c.op == OpId::kMaxPool2dValues ? at::max_pool2d(in[0], k, s, p, d, ceil) : at::max_pool3d(in[0], k, s, p, d, ceil)};
+  }
   if (c.op == OpId::kMaxPool2d || c.op == OpId::kMaxPool3d) {
     const auto d = c.list_arg("dilation");
     auto r = c.op == OpId::kMaxPool2d ? at::max_pool2d_with_indices(in[0], k, s, p, d, ceil)
@@ -40,9 +46,8 @@ std::vector<at::Tensor> pool_eager(const OpCall& c, const std::vector<at::Tensor
 // Max values and indices are exact: zero model leaves them the elementwise floor.
 at::Tensor pool_whole(const OpCall& c, const std::vector<at::Tensor>& in, size_t j) {
   const at::Tensor x = f64(in[0]);
-  if (c.op == OpId::kMaxPool2d || c.op == OpId::kMaxPool3d || j > 0)
-    return at::zeros(c.outputs[j].sizes, x.options());
   auto g = pool_geometry(c);
+  if ((g.is_ok() && g->max) || j > 0) return at::zeros(c.outputs[j].sizes, x.options());
   const double n = g.is_ok() ? static_cast<double>(g->k[0] * g->k[1] * g->k[2]) : 1.0;
   at::Tensor mag = pool_eager(c, {x.abs()})[0];
   return mag.mul_(std::sqrt(n)).add_(pool_eager(c, {x})[0].abs_());

@@ -1,5 +1,5 @@
-// CPU pooling template (cpu.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
-// _adaptive_avg_pool2d/3d, fp32, dense.
+// CPU pooling template (cpu.pool): max_pool2d/3d_with_indices (and max_pool2d/3d_values, no index
+// output), avg_pool2d/3d and _adaptive_avg_pool2d/3d, fp32, dense.
 // A block is a run of output rows (plane, t, h); each output scans its window in (t, h, w) order,
 // so results are the same however blocks are split over threads. 2d is 3d with a one-deep t axis.
 // Part of the CPU op-family templates (overview in templates_cpu.cpp).
@@ -85,8 +85,6 @@ const char* kAvgOut = R"K(        kc_acc_t s = 0;
         out[r * OW + ow] = (float)(s / (kc_acc_t)cnt);
 )K";
 
-bool is_max(OpId op) { return op == OpId::kMaxPool2d || op == OpId::kMaxPool3d; }
-
 class PoolTemplate : public Template {
  public:
   const char* name() const override { return "cpu.pool"; }
@@ -105,11 +103,11 @@ class PoolTemplate : public Template {
     if (!k.is_ok()) return k.status();
     PoolGeom g;
     handles(c, g);
-    const bool mx = is_max(c.op);
+    const bool mx = g.max;
     const std::string opname = op_info(c.op).name, entry = "kc_cpu_" + opname;
     Args a;
     a.ptr("float*", "out", "out0");
-    if (mx) a.ptr("int64_t*", "idx", "out1");
+    if (g.indices) a.ptr("int64_t*", "idx", "out1");
     a.ptr("const float*", "in", "self");
     a.i64("rows", "numel(out0) / size(out0,-1)");
     const bool d3 = g.nd == 3;
@@ -131,7 +129,9 @@ class PoolTemplate : public Template {
     }
     a.i64("divisor", str(g.divisor));
     a.i64("include_pad", g.count_include_pad ? "1" : "0");
-    std::string body = replace_all(kPoolBody, "@OUTPUT@", mx ? kMaxOut : kAvgOut);
+    // max_pool*_values: the same taps, no index output.
+    const std::string max_out = g.indices ? kMaxOut : replace_all(kMaxOut, "        idx[r * OW + ow] = bi;\n", "        (void)bi;\n");
+    std::string body = replace_all(kPoolBody, "@OUTPUT@", mx ? max_out : kAvgOut);
     std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") + "\n" +
                       (mx ? "" : accumulators(k->at("acc") != 0)) + (g.adaptive ? kAdaptiveWindowFn : kWindowFn) +
                       kernel(entry, a, body);
@@ -150,8 +150,8 @@ class PoolTemplate : public Template {
     auto r = pool_geometry(c);
     if (!r.is_ok()) return false;
     g = r.value();
-    if (c.outputs.size() != (g.max ? 2u : 1u) || !c.outputs[0].defined || c.outputs[0].dtype != DType::kF32) return false;
-    return !g.max || (c.outputs[1].defined && c.outputs[1].dtype == DType::kI64);
+    if (c.outputs.size() != (g.indices ? 2u : 1u) || !c.outputs[0].defined || c.outputs[0].dtype != DType::kF32) return false;
+    return !g.indices || (c.outputs[1].defined && c.outputs[1].dtype == DType::kI64);
   }
 };
 

@@ -1,4 +1,5 @@
-// CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices, avg_pool2d/3d and
+// CUDA pooling template (cuda.pool): max_pool2d/3d_with_indices (and max_pool2d/3d_values, the
+// same kernels with no index output), avg_pool2d/3d and
 // _adaptive_avg_pool2d/3d (all but the global 1x1 output: templates_cuda_pool_global.cpp) over
 // dense (N, C, spatial) or (C, spatial) tensors, f32 / f16 / bf16. 2d is 3d with a one-deep t
 // axis, so one body serves all six ops (adaptive with its own window function). Each thread owns
@@ -321,8 +322,6 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
 }
 )CU";
 
-bool is_max(OpId op) { return op == OpId::kMaxPool2d || op == OpId::kMaxPool3d; }
-
 // Registers the REGS row span may take (floats a thread).
 constexpr int64_t kMaxSpan = 32;
 
@@ -393,7 +392,7 @@ class PoolTemplate : public Template {
     const int64_t nt = k.at("threads"), vpt = k.at("vpt"), rows = k.count("rows") ? k.at("rows") : 1;
     if (bake && k.at("regs") && row_span(g, vpt) > kMaxSpan)
       return unsupported("a row span of " + S(row_span(g, vpt)) + " inputs does not fit the registers");
-    const bool gs = k.at("gs") != 0, mx = is_max(c.op);
+    const bool gs = k.at("gs") != 0, mx = g.max;
     const int64_t items = g.planes * g.out[0] * cdiv(g.out[1], rows) * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
     const std::string entry = mx ? "kc_max_pool" : g.adaptive ? "kc_adaptive_avg_pool" : "kc_avg_pool";
@@ -402,7 +401,7 @@ class PoolTemplate : public Template {
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
                       (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
                       (bake ? baked_consts(g, k) : "") + (rows > 1 ? "constexpr int ROWS = " + S(rows) + ";\n" : "") +
-                      (mx ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
+                      (g.indices ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
                       (g.adaptive ? kAdaptiveWin : kPoolWin) +
                       with_entry(rows > 1 ? kPoolStripKernel : bake ? kPoolBakedKernel : kPoolKernel, entry);
@@ -411,7 +410,7 @@ class PoolTemplate : public Template {
                                      : "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
     const std::string grid = gs ? "min(ceil_div(" + its + ", " + S(nt) + "), " + S(kSms * (2048 / nt)) + ")"
                                 : "ceil_div(" + its + ", " + S(nt) + ")";
-    return make_candidate(name(), k, std::move(src), json::array({launch(entry, {grid}, {nt}, launch_args(g, mx, bake))}));
+    return make_candidate(name(), k, std::move(src), json::array({launch(entry, {grid}, {nt}, launch_args(g, bake))}));
   }
 
  private:
@@ -428,9 +427,9 @@ class PoolTemplate : public Template {
 
   // Outputs, input, rows, the input's and output's (t, h, w) sizes, and for the runtime kernel the
   // window lists, the divisor and count_include_pad.
-  static std::vector<std::string> launch_args(const PoolGeom& g, bool mx, bool bake) {
+  static std::vector<std::string> launch_args(const PoolGeom& g, bool bake) {
     std::vector<std::string> args = {"ptr:out0"};
-    if (mx) args.push_back("ptr:out1");
+    if (g.indices) args.push_back("ptr:out1");
     args.push_back("ptr:self");
     const bool d3 = g.nd == 3;
     args.push_back("i64:numel(out0) / size(out0, -1)");
@@ -458,9 +457,9 @@ class PoolTemplate : public Template {
     auto r = pool_geometry(c);
     if (!r.is_ok() || r->global()) return false;   // the global average: cuda.pool_global
     g = r.value();
-    const size_t nout = g.max ? 2 : 1;
+    const size_t nout = g.indices ? 2 : 1;
     if (c.outputs.size() != nout || !c.outputs[0].defined || c.outputs[0].dtype != c.inputs[0].dtype) return false;
-    if (g.max && (!c.outputs[1].defined || c.outputs[1].dtype != DType::kI64)) return false;
+    if (g.indices && (!c.outputs[1].defined || c.outputs[1].dtype != DType::kI64)) return false;
     // Window arithmetic is int: o * s + (k - 1) * d must not overflow.
     for (int a = 0; a < 3; ++a)
       if (g.out[a] * g.s[a] + g.k[a] * g.d[a] + g.in[a] > INT_MAX) return false;

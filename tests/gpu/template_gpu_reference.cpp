@@ -137,7 +137,7 @@ std::vector<Expect> pool(const OpCall& c, const std::map<std::string, Vec>& in) 
   const PoolGeom g = pool_geometry(c).value();
   const Vec& x = in.at("self");
   const int64_t plane = g.in[0] * g.in[1] * g.in[2], n = g.planes * g.out[0] * g.out[1] * g.out[2];
-  std::vector<Expect> out(g.max ? 2 : 1, Expect{Vec(n), Vec(n, 0.0)});
+  std::vector<Expect> out(g.indices ? 2 : 1, Expect{Vec(n), Vec(n, 0.0)});
   int64_t o = 0;
   for (int64_t pl = 0; pl < g.planes; ++pl)
     for (int64_t ot = 0; ot < g.out[0]; ++ot)
@@ -171,7 +171,7 @@ std::vector<Expect> pool(const OpCall& c, const std::map<std::string, Vec>& in) 
               }
           if (g.max) {
             out[0].ref[o] = m;
-            out[1].ref[o] = static_cast<double>(best);
+            if (g.indices) out[1].ref[o] = static_cast<double>(best);
             continue;
           }
           const double div = g.divisor ? g.divisor : g.count_include_pad ? padded : cnt;

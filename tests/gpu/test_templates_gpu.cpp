@@ -151,6 +151,8 @@ TEST_F(Gpu, Pool) {
     cs.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, dt, m2, 1});
     cs.push_back({OpId::kMaxPool2d, {8, 64, 112, 112}, dt, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, 1,
                   {{{"rows", 4}}, {{"rows", 4}, {"vpt", 4}, {"il", 0}}}});
+    cs.push_back({OpId::kMaxPool2dValues, {16, 32, 128, 128}, dt, {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}}, 1,
+                  {{{"rows", 4}}}});
   }
   // Odd small shapes: unbatched, ceil mode, dilation, count_include_pad off, divisor_override;
   // each with the runtime kernel and the baked one's output layouts (interleaved, consecutive,
@@ -165,6 +167,10 @@ TEST_F(Gpu, Pool) {
   cs.push_back({OpId::kMaxPool2d, {2, 2, 11, 13}, DType::kF16,
                 {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}, 4, layouts});
   cs.push_back({OpId::kMaxPool3d, {2, 2, 7, 9, 10}, DType::kBF16, m3, 4, layouts});
+  // The values alone: the same kernels without the index output.
+  cs.push_back({OpId::kMaxPool2dValues, {2, 2, 11, 13}, DType::kF16,
+                {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}, 4, layouts});
+  cs.push_back({OpId::kMaxPool3dValues, {2, 3, 6, 9, 10}, DType::kF32, {{"kernel_size", 2}, {"stride", 1}}, 3, layouts});
   cs.push_back({OpId::kAvgPool2d, {2, 3, 9, 10}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
                                                                {"count_include_pad", false}}, 4,
                 {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"vpt", 4}, {"il", 0}}, {{"bake", 0}}, {{"rows", 4}, {"vpt", 4}},

@@ -25,6 +25,9 @@ CASES = [
      "F.avg_pool2d(x, 3, 2, 1)"),
     ("max_pool2d", "2x3x9x9", "f32", {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]},
      "F.max_pool2d(x, 3, 2, 1, return_indices=True)[0]"),
+    # aten::max_pool2d caught above autograd: the values alone where no gradient is wanted
+    ("max_pool2d_values", "2x3x9x9", "f32", {"kernel_size": [3, 3], "stride": [2, 2], "padding": [1, 1]},
+     "F.max_pool2d(x, 3, 2, 1)"),
     ("batch_norm", "4x3x5x5", "f32", {"affine": False, "running": False},
      "F.batch_norm(x, None, None, training=True)"),
     ("embedding_backward", "64x16", "f32", {"num_weights": 100},

@@ -228,6 +228,9 @@ std::vector<Case> pool_cases() {
       {OpId::kMaxPool2d, {1, 2, 5, 6}, {{"kernel_size", 2}, {"stride", json::array()}, {"ceil_mode", true}}},
       {OpId::kMaxPool3d, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}}},
       {OpId::kMaxPool3d, {3, 5, 6, 7}, {{"kernel_size", {2, 3, 2}}, {"stride", 1}, {"ceil_mode", true}}},
+      // The values alone (aten::max_pool2d / 3d wanting no gradient)
+      {OpId::kMaxPool2dValues, {2, 2, 11, 13}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}},
+      {OpId::kMaxPool3dValues, {2, 2, 7, 9, 10}, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}},
       {OpId::kAvgPool2d, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}},
       {OpId::kAvgPool2d, {2, 3, 9, 10}, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"count_include_pad", false}}},
       {OpId::kAvgPool2d, {3, 11, 7}, {{"kernel_size", {3, 2}}, {"stride", 2}, {"padding", {1, 0}}, {"ceil_mode", true}}},

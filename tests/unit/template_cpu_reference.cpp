@@ -64,7 +64,7 @@ void pool(const OpCall& c, Buffers& b, std::vector<Expect>& out) {
               }
           if (g.max) {
             out[0].ref[o] = m;
-            out[1].ref[o] = static_cast<double>(best);
+            if (g.indices) out[1].ref[o] = static_cast<double>(best);
             continue;
           }
           const double div = g.divisor ? g.divisor : g.count_include_pad ? n : cnt;

@@ -125,6 +125,9 @@ std::vector<Case> cases() {
                 {{"rows", 2}, {"vpt", 4}, {"regs", 1}}, {{"rows", 4}, {"vpt", 8}, {"il", 0}}}});
   v.push_back({OpId::kMaxPool2d, {32, 64, 112, 112}, DType::kBF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, 2,
                {{{"rows", 4}}, {{"rows", 4}, {"vpt", 4}, {"regs", 1}}}});
+  v.push_back({OpId::kMaxPool2dValues, {16, 32, 256, 256}, DType::kF32, {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}}, 2,
+               {{{"rows", 4}}, {{"bake", 0}}, {{"vpt", 4}, {"regs", 1}}}});
+  v.push_back({OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, DType::kBF16, {{"kernel_size", 2}, {"stride", 2}}, 2});
   v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3,
                {{{"il", 0}}, {{"vpt", 8}}}});
   v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}, 2,
