@@ -64,7 +64,8 @@ TEST_F(Gpu, Timings) {
   }
 }
 
-// Pooling strips (`rows`) against one output row a thread, and var_mean's chunked Welford, in
+// Pooling strips (`rows`) against one output row a thread, max pooling with and without its index
+// output, and var_mean's chunked Welford, in
 // fp32 and bf16 at the shapes where they trailed torch.compile (docs/PERF.md); printed only.
 TEST_F(Gpu, TimingsPoolVar) {
   struct T {
@@ -85,6 +86,10 @@ TEST_F(Gpu, TimingsPoolVar) {
        32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
       {OpId::kMaxPool2d, {16, 32, 256, 256}, k4, {{}, {{"rows", 2}}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}},
        16.0 * 32 * 256 * 256, 16.0 * 32 * 255 * 255},
+      // The values alone (no index output), as aten::max_pool2d is served when no gradient is wanted.
+      {OpId::kMaxPool2dValues, {32, 64, 112, 112}, stem, {{}, {{"rows", 4}}}, 32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
+      {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}}, 16.0 * 32 * 256 * 256,
+       16.0 * 32 * 255 * 255},
       {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}}, r, 2 * 16.0 * 4096},
       {OpId::kVarMean, {32, 256, 56, 56}, {{"dim", {0, 2, 3}}}, {{}}, 32.0 * 256 * 56 * 56, 512},
   };
