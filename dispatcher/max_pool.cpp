@@ -1,4 +1,4 @@
-// aten::max_pool2d / aten::max_pool3d (F.max_pool2d/3d and nn.MaxPool2d/3d without return_indices)
+// aten::max_pool1d / 2d / 3d (F.max_pool1d/2d/3d and nn.MaxPool1d/2d/3d without return_indices)
 // caught above autograd where no gradient is wanted (docs/DESIGN.md "Composites above autograd").
 // PyTorch runs them as composites: on CUDA always through max_pool2d/3d_with_indices, writing an
 // int64 index beside every value and dropping it. A stride-1 fp32 pool then writes 12 bytes an
@@ -12,10 +12,13 @@
 // or the values' key has no kernel. Its inner max_pool*_with_indices then runs under EagerOnly: a
 // key that the served values make unreachable is neither recorded nor searched.
 #include <ATen/ATen.h>
+#include <ATen/ops/max_pool1d_compositeimplicitautograd_dispatch.h>
 #include <ATen/ops/max_pool2d_compositeimplicitautograd_dispatch.h>
 #include <ATen/ops/max_pool3d_compositeimplicitautograd_dispatch.h>
 #include <c10/core/GradMode.h>
 #include <torch/library.h>
+
+#include <vector>
 
 #include "dispatcher/call.h"
 #include "dispatcher/composite.h"
@@ -56,11 +59,41 @@ at::Tensor max_pool_kernel(const at::Tensor& self, at::IntArrayRef kernel_size, 
   });
 }
 
+// aten::max_pool1d: as the composite runs it on CUDA, a 2d pool over a one-high plane (the window
+// [1, k], stride [1, s], padding [0, p], dilation [1, d]), so its key is max_pool2d_values'.
+at::Tensor max_pool1d_kernel(const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode) {
+  auto own = [&] { return at::compositeimplicitautograd::max_pool1d(self, kernel_size, stride, padding, dilation, ceil_mode); };
+  const auto one = [](at::IntArrayRef v, int64_t dflt) { return v.empty() ? dflt : v[0]; };
+  if (!eligible(self, 1) || kernel_size.size() != 1 || stride.size() > 1 || padding.size() != 1 || dilation.size() != 1)
+    return own();
+  Call c(OpId::kMaxPool2dValues, self.is_cuda() ? Dev::kCuda : Dev::kCpu, self);
+  if (!c.active()) return own();
+  const at::Tensor x = self.unsqueeze(-2);
+  const std::vector<int64_t> k = {1, kernel_size[0]}, s = {1, one(stride, kernel_size[0])}, p = {0, padding[0]},
+                             d = {1, dilation[0]};
+  c.t("self", x);
+  c.list("kernel_size", k);
+  c.list("stride", s);
+  c.list("padding", p);
+  c.list("dilation", d);
+  c.b("ceil_mode", ceil_mode);
+  return c.run<at::Tensor>([&] {
+           EagerOnly inner;
+           return own().unsqueeze(-2);
+         })
+      .squeeze(-2);
+}
+
 }  // namespace
 
 void register_max_pool(OpId op) {
-  if (op == OpId::kMaxPool2dValues) impl_above_autograd("max_pool2d", TORCH_FN(max_pool_kernel<2>), __FILE__, __LINE__);
-  else impl_above_autograd("max_pool3d", TORCH_FN(max_pool_kernel<3>), __FILE__, __LINE__);
+  if (op == OpId::kMaxPool2dValues) {
+    impl_above_autograd("max_pool2d", TORCH_FN(max_pool_kernel<2>), __FILE__, __LINE__);
+    impl_above_autograd("max_pool1d", TORCH_FN(max_pool1d_kernel), __FILE__, __LINE__);
+  } else {
+    impl_above_autograd("max_pool3d", TORCH_FN(max_pool_kernel<3>), __FILE__, __LINE__);
+  }
 }
 
 }  // namespace kc::dispatch

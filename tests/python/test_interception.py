@@ -194,7 +194,7 @@ def test_loss_backward_composites_are_caught_as_one_op(fresh_cache):
 
 
 def test_max_pool_values_are_caught_only_without_a_gradient(fresh_cache):
-    """aten::max_pool2d / max_pool3d (no return_indices) are caught above autograd as their values
+    """aten::max_pool1d / 2d / 3d (no return_indices) are caught above autograd as their values
     alone when no gradient is wanted: one miss of max_pool*_values and none of the
     max_pool*_with_indices their composite calls inside. With a gradient wanted, the composite runs
     as PyTorch's (its with_indices call intercepted as ever) and backward gives eager's gradient."""
@@ -202,18 +202,20 @@ def test_max_pool_values_are_caught_only_without_a_gradient(fresh_cache):
     x = torch.randn(2, 3, 9, 11)
     x[0, 0, 1, 1] = float("nan")
     v3 = torch.randn(2, 2, 5, 6, 7)
+    x1 = torch.randn(2, 3, 20)
     got = [F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, (2, 3), 1, 0, dilation=2, ceil_mode=True),
-           F.max_pool3d(v3, 3, 2, 1)]
+           F.max_pool3d(v3, 3, 2, 1), F.max_pool1d(x1, 4, 1, 2, dilation=2)]
     with torch.no_grad():
         got.append(F.max_pool2d(x.clone().requires_grad_(), 3, 2, 1))
-    s = status()
-    assert s["ops"]["max_pool2d_values"]["misses"] == 3 and s["ops"]["max_pool3d_values"]["misses"] == 1
+    s = status()   # max_pool1d is a 2d pool over a one-high plane
+    assert s["ops"]["max_pool2d_values"]["misses"] == 4 and s["ops"]["max_pool3d_values"]["misses"] == 1
     assert s["ops"]["max_pool2d"]["misses"] == 0 and s["ops"]["max_pool3d"]["misses"] == 0, s["ops"]
     ops = sorted({k.split("|")[2] for k in set(kc.missed_keys()) - before})
     assert ops == ["kernelcraft::max_pool2d", "kernelcraft::max_pool3d"], ops
     want = [eager(lambda t: F.max_pool2d(t, 3, 2, 1), x),
             eager(lambda t: F.max_pool2d(t, (2, 3), 1, 0, dilation=2, ceil_mode=True), x),
-            eager(lambda t: F.max_pool3d(t, 3, 2, 1), v3), eager(lambda t: F.max_pool2d(t, 3, 2, 1), x)]
+            eager(lambda t: F.max_pool3d(t, 3, 2, 1), v3), eager(lambda t: F.max_pool1d(t, 4, 1, 2, dilation=2), x1),
+            eager(lambda t: F.max_pool2d(t, 3, 2, 1), x)]
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
