@@ -68,6 +68,9 @@ CASES = [
     Case(KB, "max_pool3d", (16, 32, 64, 64, 64), args=dict(kernel_size=3, stride=2, padding=1, dilation=3)),
     Case(KB, "avg_pool3d", (16, 32, 64, 64, 64), args=dict(kernel_size=3, stride=2, padding=1)),
     Case(KB, "avg_pool2d", (16, 64, 256, 256), args=dict(kernel_size=3, stride=1, padding=1)),
+    # Stride-1 max pooling: forward without a gradient is served as the values alone (no indices)
+    Case(KB, "max_pool2d", (16, 32, 256, 256), args=dict(kernel_size=4, stride=1, padding=1)),
+    Case(KB, "max_pool1d", (64, 192, 16384), args=dict(kernel_size=8, stride=1, padding=4, dilation=3)),
     Case(KB, "cumsum", (128, 4096 * 64), (-1,), dict(dim=1)),
     Case(KB, "cumsum", (32768, 1024), (0,), dict(dim=0)),
     Case(KB, "cumprod", (128, 4096 * 64), (-1,), dict(dim=1)),
@@ -185,7 +188,7 @@ OPS = {
     "softmax": _one(torch.softmax), "gelu": _one(F.gelu), "silu": _one(F.silu), "relu": _one(F.relu),
     "max_pool2d": _one(F.max_pool2d), "adaptive_avg_pool2d": _one(F.adaptive_avg_pool2d),
     "_adaptive_avg_pool2d": _one(torch.ops.aten._adaptive_avg_pool2d),
-    "max_pool3d": _one(F.max_pool3d), "avg_pool3d": _one(F.avg_pool3d),
+    "max_pool3d": _one(F.max_pool3d), "max_pool1d": _one(F.max_pool1d), "avg_pool3d": _one(F.avg_pool3d),
     "instance_norm": _one(F.instance_norm), "avg_pool2d": _one(F.avg_pool2d), "cumprod": _one(torch.cumprod),
     "leaky_relu": _one(F.leaky_relu), "elu": _one(F.elu), "softplus": _one(F.softplus), "mish": _one(F.mish),
     "hardswish": _one(F.hardswish),
