@@ -36,6 +36,16 @@ bool eligible(const at::Tensor& x, int nd) {
   return !(c10::GradMode::is_enabled() && x.requires_grad());
 }
 
+// The scalars as max_pool*_with_indices binds them (its row of ops.def), so the geometry is one.
+void bind(Call& c, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p, at::IntArrayRef d, bool ceil) {
+  c.t("self", x);
+  c.list("kernel_size", k);
+  c.list("stride", s);
+  c.list("padding", p);
+  c.list("dilation", d);
+  c.b("ceil_mode", ceil);
+}
+
 template <int ND>
 at::Tensor max_pool_kernel(const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
                            at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode) {
@@ -46,13 +56,7 @@ at::Tensor max_pool_kernel(const at::Tensor& self, at::IntArrayRef kernel_size, 
   if (!eligible(self, ND)) return own();
   Call c(ND == 2 ? OpId::kMaxPool2dValues : OpId::kMaxPool3dValues, self.is_cuda() ? Dev::kCuda : Dev::kCpu, self);
   if (!c.active()) return own();
-  // The scalars as max_pool*_with_indices binds them (the row of ops.def), so the geometry is one.
-  c.t("self", self);
-  c.list("kernel_size", kernel_size);
-  c.list("stride", stride);
-  c.list("padding", padding);
-  c.list("dilation", dilation);
-  c.b("ceil_mode", ceil_mode);
+  bind(c, self, kernel_size, stride, padding, dilation, ceil_mode);
   return c.run<at::Tensor>([&] {
     EagerOnly inner;
     return own();
@@ -72,12 +76,7 @@ at::Tensor max_pool1d_kernel(const at::Tensor& self, at::IntArrayRef kernel_size
   const at::Tensor x = self.unsqueeze(-2);
   const std::vector<int64_t> k = {1, kernel_size[0]}, s = {1, one(stride, kernel_size[0])}, p = {0, padding[0]},
                              d = {1, dilation[0]};
-  c.t("self", x);
-  c.list("kernel_size", k);
-  c.list("stride", s);
-  c.list("padding", p);
-  c.list("dilation", d);
-  c.b("ceil_mode", ceil_mode);
+  bind(c, x, k, s, p, d, ceil_mode);
   return c.run<at::Tensor>([&] {
            EagerOnly inner;
            return own().unsqueeze(-2);

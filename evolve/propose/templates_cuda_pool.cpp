@@ -127,7 +127,8 @@ const char* kPoolKernel = R"CU(extern "C" __global__ void __launch_bounds__(NT) 
 // the VPT columns are consecutive, which REGS needs: the row span of all VPT windows is loaded once
 // into registers, padded with the reduction's identity (-inf never beats -inf or a value and is no
 // NaN, 0 adds exactly to a sum that starts at +0), and every tap reads its register.
-const char* kPoolBakedKernel = R"CU(
+// One tap of the baked and strip kernels (the runtime kernel inlines it).
+const char* kPoolTake = R"CU(
 __device__ __forceinline__ void kc_take(float& acc, long long& best, float val, long long i) {
   if constexpr (MAX) {
     if (val > acc || val != val) { acc = val; best = i; }   // first index on ties, the last NaN wins
@@ -135,7 +136,9 @@ __device__ __forceinline__ void kc_take(float& acc, long long& best, float val, 
     acc += val;
   }
 }
-__device__ __forceinline__ void kc_row(const T* __restrict__ rp, long long base, int IW, int c0, const int* w0,
+)CU";
+
+const char* kPoolBakedKernel = R"CU(__device__ __forceinline__ void kc_row(const T* __restrict__ rp, long long base, int IW, int c0, const int* w0,
                                        const int* w1, float* acc, long long* best) {
   if constexpr (REGS) {
     float r[SPAN];
@@ -228,13 +231,6 @@ __device__ __forceinline__ constexpr bool kc_used(int i) {
   bool u = false;
   for (int r = 0; r < ROWS; ++r) u = u || kc_tap(i, r);
   return u;
-}
-__device__ __forceinline__ void kc_take(float& acc, long long& best, float val, long long i) {
-  if constexpr (MAX) {
-    if (val > acc || val != val) { acc = val; best = i; }   // first index on ties, the last NaN wins
-  } else {
-    acc += val;
-  }
 }
 // One input row's taps into registers, the reduction's identity where a tap is outside the row
 // (-inf never beats -inf or a value and is no NaN; +0 leaves a sum that starts at +0 exact).
@@ -404,7 +400,7 @@ class PoolTemplate : public Template {
                       (g.indices ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
                       (g.adaptive ? kAdaptiveWin : kPoolWin) +
-                      with_entry(rows > 1 ? kPoolStripKernel : bake ? kPoolBakedKernel : kPoolKernel, entry);
+                      (bake ? kPoolTake : "") + with_entry(rows > 1 ? kPoolStripKernel : bake ? kPoolBakedKernel : kPoolKernel, entry);
     const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
                                            S(rows) + ") * ceil_div(size(out0, -1), " + S(vpt) + ")"
                                      : "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
