@@ -37,7 +37,8 @@ bool eligible(const at::Tensor& x, int nd) {
 }
 
 // The scalars as max_pool*_with_indices binds them (its row of ops.def), so the geometry is one.
-void bind(Call& c, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p, at::IntArrayRef d, bool ceil) {
+// (Not named bind: with std::vector arguments, argument-dependent lookup would pick std::bind.)
+void bind_pool(Call& c, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef s, at::IntArrayRef p, at::IntArrayRef d, bool ceil) {
   c.t("self", x);
   c.list("kernel_size", k);
   c.list("stride", s);
@@ -56,7 +57,7 @@ at::Tensor max_pool_kernel(const at::Tensor& self, at::IntArrayRef kernel_size, 
   if (!eligible(self, ND)) return own();
   Call c(ND == 2 ? OpId::kMaxPool2dValues : OpId::kMaxPool3dValues, self.is_cuda() ? Dev::kCuda : Dev::kCpu, self);
   if (!c.active()) return own();
-  bind(c, self, kernel_size, stride, padding, dilation, ceil_mode);
+  bind_pool(c, self, kernel_size, stride, padding, dilation, ceil_mode);
   return c.run<at::Tensor>([&] {
     EagerOnly inner;
     return own();
@@ -76,7 +77,7 @@ at::Tensor max_pool1d_kernel(const at::Tensor& self, at::IntArrayRef kernel_size
   const at::Tensor x = self.unsqueeze(-2);
   const std::vector<int64_t> k = {1, kernel_size[0]}, s = {1, one(stride, kernel_size[0])}, p = {0, padding[0]},
                              d = {1, dilation[0]};
-  bind(c, x, k, s, p, d, ceil_mode);
+  bind_pool(c, x, k, s, p, d, ceil_mode);
   return c.run<at::Tensor>([&] {
            EagerOnly inner;
            return own().unsqueeze(-2);

@@ -104,6 +104,71 @@ EwOp ew_backward(const OpCall& c) {
   }
 }
 
+// Fast math for 16-bit data (knob `math` = 1): hardware exp2/log2/reciprocal approximations
+// (about 2^-22 relative) with a series where they would cancel, so the fp32 result stays within a
+// few 1e-6 relative of the exact one before it is rounded to bf16 (2^-9) or fp16 (2^-12). NaN and
+// +-inf follow the precise bodies. Offered only for 16-bit data: in fp32 these ops already run at
+// the memory bound, and the static check refuses approximate intrinsics on fp32 data.
+const char* kFastMath = R"CU(__device__ __forceinline__ float kc_fdiv(float a, float b) { return __fdividef(a, b); }
+__device__ __forceinline__ float kc_fsigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// expm1: the Taylor series to x^6 where exp(x) - 1 would cancel (|x| <= 1/4; error < 1e-7 relative).
+__device__ __forceinline__ float kc_fexpm1(float x) {
+  const float s = x * (1.f + x * (0.5f + x * (1.f / 6 + x * (1.f / 24 + x * (1.f / 120 + x * (1.f / 720))))));
+  return fabsf(x) <= 0.25f ? s : __expf(x) - 1.f;
+}
+// log1p(t) for 0 <= t <= 1 (or NaN): the series to t^5 below 1/16 (error < 2e-7 relative).
+__device__ __forceinline__ float kc_flog1p01(float t) {
+  const float s = t * (1.f + t * (-0.5f + t * (1.f / 3 + t * (-0.25f + t * 0.2f))));
+  return t <= 0.0625f ? s : __logf(1.f + t);
+}
+// log(1 + exp(y)) = max(y, 0) + log1p(exp(-|y|)): no overflow, no cancellation.
+__device__ __forceinline__ float kc_fsoftplus(float y) { return fmaxf(y, 0.f) + kc_flog1p01(__expf(-fabsf(y))); }
+// tanh: the odd series to x^7 below 1/8 (error < 1e-9 relative), else 1 - 2 / (exp(2|x|) + 1).
+__device__ __forceinline__ float kc_ftanh(float x) {
+  const float ax = fabsf(x), s = x * x;
+  const float small = x + x * s * (-1.f / 3 + s * (2.f / 15 + s * (-17.f / 315)));
+  return ax < 0.125f ? small : copysignf(1.f - __fdividef(2.f, __expf(2.f * ax) + 1.f), x);
+}
+// tanh(softplus(x)) = w / (w + 2) with w = e^x (e^x + 2); 1 in float from x = 15 on.
+__device__ __forceinline__ float kc_ftanh_softplus(float x) {
+  const float n = __expf(fminf(x, 15.f)), w = n * (n + 2.f);
+  return x > 15.f ? 1.f : __fdividef(w, w + 2.f);
+}
+)CU";
+
+const char* kGeluTanhFastBody =
+    "const float kB = 0.79788456080286535588f, kK = 0.044715f; const float a3 = a * a * a;"
+    " return 0.5f * a * (1.f + kc_ftanh(kB * (a + kK * a3)));";
+const char* kGeluTanhBackFastBody =
+    "const float kB = 0.79788456080286535588f, kK = 0.044715f; const float x2 = b * b, x3 = x2 * b;"
+    " const float th = kc_ftanh(kB * (b + kK * x3)); const float left = 0.5f * b, right = 1.f + th;"
+    " const float left_d = 0.5f * right, th_d = 1.f - th * th;"
+    " const float inner_d = kB * (1.f + 3.f * kK * x2); const float right_d = left * th_d * inner_d;"
+    " return a * (left_d + right_d);";
+
+// The fast-math body of the op of `c` (kFastMath), or nullptr where the precise one has no
+// transcendental worth replacing. Same operands and scalars as ew_forward / ew_backward.
+const char* ew_fast(const OpCall& c) {
+  const bool tanh_approx = c.string_arg("approximate", "none") == "tanh";
+  switch (c.op) {
+    case OpId::kGelu: return tanh_approx ? kGeluTanhFastBody : nullptr;
+    case OpId::kSilu: return "return a * kc_fsigmoid(a);";
+    case OpId::kSigmoid: return "return kc_fsigmoid(a);";
+    case OpId::kTanh: return "return kc_ftanh(a);";
+    case OpId::kElu: return "return a > 0.f ? a * q : kc_fexpm1(a * r) * (p * q);";
+    case OpId::kSoftplus: return "const float y = a * p; return y > q ? a : kc_fdiv(kc_fsoftplus(y), p);";
+    case OpId::kMish: return "return a * kc_ftanh_softplus(a);";
+    case OpId::kGeluBackward: return tanh_approx ? kGeluTanhBackFastBody : nullptr;
+    case OpId::kSiluBackward: return "const float s = kc_fsigmoid(b); return a * s * (1.f + b * (1.f - s));";
+    case OpId::kEluBackward:
+      return c.int_arg("is_result", 0) ? nullptr : "return b <= 0.f ? a * r * (p * q) * __expf(b * r) : a * q;";
+    case OpId::kSoftplusBackward: return "const float y = b * p; return y > q ? a : a * kc_fsigmoid(y);";
+    case OpId::kMishBackward:
+      return "const float s = kc_fsigmoid(b), t = kc_ftanh_softplus(b); return a * (t + b * s * (1.f - t * t));";
+    default: return nullptr;
+  }
+}
+
 // The op of `c`, or {nullptr} when it (or its variant) is not handled.
 EwOp ew_op(const OpCall& c) { return op_info(c.op).family == OpFamily::kUnary ? ew_forward(c) : ew_backward(c); }
 
@@ -192,10 +257,14 @@ class ElementwiseTemplate : public Template {
     if (!params_ok(c, op)) return {};
     const int64_t wide = a->dtype == DType::kF32 ? 4 : 8;
     std::vector<int64_t> vecs = a->dtype == DType::kF32 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1, 2, 4, 8};
-    return {{"block", {256, 128, 512, 1024}},
-            {"vec", with_default(vecs, wide)},
-            {"unroll", with_default({1, 2, 4, 8}, 4)},
-            {"grid_stride", {0, 1, 2, 4, 8}}};
+    std::vector<KnobDim> dims = {{"block", {256, 128, 512, 1024}},
+                                 {"vec", with_default(vecs, wide)},
+                                 {"unroll", with_default({1, 2, 4, 8}, 4)},
+                                 {"grid_stride", {0, 1, 2, 4, 8}}};
+    // 16-bit data moves half the bytes per element, so transcendental-heavy ops become bound by
+    // the math; fast math (kFastMath) first there.
+    if (a->dtype != DType::kF32 && ew_fast(c)) dims.push_back({"math", {1, 0}});
+    return dims;
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
@@ -210,11 +279,13 @@ class ElementwiseTemplate : public Template {
     if (unroll * vec * nin > std::min<int64_t>(64, 16384 / block))
       return unsupported("block " + S(block) + " x unroll " + S(unroll) + " x vec " + S(vec) + " is over the register budget");
     const std::string a = backward_ ? "grad_output" : "self";
-    std::string src = "// kernelcraft " + std::string(name()) + " " + op.entry + " " + dtype_name(c.outputs[0].dtype) + "\n" +
-                      dtype_prelude(c.outputs[0].dtype) + "constexpr int BLOCK = " + S(block) + ", VEC = " + S(vec) +
-                      ", UNROLL = " + S(unroll) + ";\n#define KC_BINARY " + S(nin == 2) +
-                      "\n__device__ __forceinline__ float kc_op(float a, float b, float p, float q, float r) { " + op.body +
-                      " }\n" + with_entry(kEwBody, op.entry);
+    const bool fast = k.count("math") && k["math"] == 1;
+    std::string src = "// kernelcraft " + std::string(name()) + " " + op.entry + " " + dtype_name(c.outputs[0].dtype) +
+                      (fast ? " fast math" : "") + "\n" + dtype_prelude(c.outputs[0].dtype) + (fast ? kFastMath : "") +
+                      "constexpr int BLOCK = " + S(block) + ", VEC = " + S(vec) + ", UNROLL = " + S(unroll) +
+                      ";\n#define KC_BINARY " + S(nin == 2) +
+                      "\n__device__ __forceinline__ float kc_op(float a, float b, float p, float q, float r) { " +
+                      (fast ? std::string(ew_fast(c)) : op.body) + " }\n" + with_entry(kEwBody, op.entry);
     std::string tiles = "ceil_div(numel(" + a + "), " + S(block * unroll * vec) + ")";
     std::string grid = gs == 0 ? tiles : "min(" + tiles + ", " + S(kSms * gs) + ")";
     std::vector<std::string> args = {"ptr:out0", "ptr:" + a};

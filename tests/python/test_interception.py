@@ -210,8 +210,13 @@ def test_max_pool_values_are_caught_only_without_a_gradient(fresh_cache):
     s = status()   # max_pool1d is a 2d pool over a one-high plane
     assert s["ops"]["max_pool2d_values"]["misses"] == 4 and s["ops"]["max_pool3d_values"]["misses"] == 1
     assert s["ops"]["max_pool2d"]["misses"] == 0 and s["ops"]["max_pool3d"]["misses"] == 0, s["ops"]
-    ops = sorted({k.split("|")[2] for k in set(kc.missed_keys()) - before})
+    new = set(kc.missed_keys()) - before
+    ops = sorted({k.split("|")[2] for k in new})
     assert ops == ["kernelcraft::max_pool2d", "kernelcraft::max_pool3d"], ops
+    # Every key carries its input and window (max_pool1d's once lost them: its helper call
+    # resolved to std::bind); max_pool1d's is the 2d window over the one-high plane.
+    assert all("|self=T:" in k and "|ceil_mode=b:" in k for k in new), new
+    assert any("f32[2,3,1,20]" in k and "kernel_size=L:[1,4]" in k and "dilation=L:[1,2]" in k for k in new), new
     want = [eager(lambda t: F.max_pool2d(t, 3, 2, 1), x),
             eager(lambda t: F.max_pool2d(t, (2, 3), 1, 0, dilation=2, ceil_mode=True), x),
             eager(lambda t: F.max_pool3d(t, 3, 2, 1), v3), eager(lambda t: F.max_pool1d(t, 4, 1, 2, dilation=2), x1),

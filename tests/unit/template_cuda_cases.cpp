@@ -33,6 +33,12 @@ std::vector<Case> cases() {
                   OpId::kMish, OpId::kLeakyReluBackward, OpId::kEluBackward, OpId::kHardtanhBackward,
                   OpId::kHardsigmoidBackward, OpId::kHardswishBackward, OpId::kSoftplusBackward, OpId::kMishBackward})
     v.push_back({op, {257, 3}, op == OpId::kMish ? DType::kBF16 : DType::kF32, none, 2});
+  // Fast math (16-bit data): every op that has it, in both halves.
+  for (OpId op : {OpId::kSilu, OpId::kSigmoid, OpId::kTanh, OpId::kElu, OpId::kSoftplus, OpId::kMish, OpId::kSiluBackward,
+                  OpId::kEluBackward, OpId::kSoftplusBackward, OpId::kMishBackward})
+    for (DType dt : {DType::kBF16, DType::kF16}) v.push_back({op, {513}, dt, none, 0, {{{"math", 1}}}});
+  for (OpId op : {OpId::kGelu, OpId::kGeluBackward})
+    v.push_back({op, {513}, DType::kBF16, {{"approximate", "tanh"}}, 0, {{{"math", 1}}}});
   for (OpId op : {OpId::kReluBackward, OpId::kSiluBackward, OpId::kSigmoidBackward, OpId::kTanhBackward,
                   OpId::kGeluBackward}) {
     v.push_back({op, {513, 7}, DType::kF32, none, 6});

@@ -228,5 +228,35 @@ TEST(TemplatesCuda, KlDivDefaultsAndLaunches) {
   }
 }
 
+// cuda.unary: fast math is offered, and first, only for 16-bit data and only for ops with a fast
+// body; fp32 renders never carry an approximate intrinsic, and the precise 16-bit body stays
+// reachable.
+TEST(TemplatesCuda, UnaryFastMathOnlyForHalves) {
+  auto knob_values = [](const Template* t, const OpCall& c) {
+    for (const auto& d : t->space(c))
+      if (d.name == "math") return d.values;
+    return std::vector<int64_t>{};
+  };
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    OpCall c = call_of({OpId::kSoftplus, {4096}, dt, json::object()});
+    const Template* t = cuda_template_for(c);
+    ASSERT_NE(t, nullptr);
+    auto def = t->render(c, {});
+    ASSERT_TRUE(def.is_ok()) << def.status().to_string();
+    const bool half = dt != DType::kF32;
+    EXPECT_EQ(knob_values(t, c), half ? std::vector<int64_t>({1, 0}) : std::vector<int64_t>{});
+    EXPECT_EQ(def->source.find("__expf") != std::string::npos, half) << dtype_name(dt);
+    if (!half) continue;
+    auto precise = t->render(c, {{"math", 0}});
+    ASSERT_TRUE(precise.is_ok());
+    for (const char* fast : {"__expf", "__logf", "__fdividef"}) EXPECT_EQ(precise->source.find(fast), std::string::npos);
+    EXPECT_NE(precise->source.find("log1pf(expf("), std::string::npos);
+  }
+  OpCall relu = call_of({OpId::kRelu, {4096}, DType::kBF16, json::object()});
+  EXPECT_TRUE(knob_values(cuda_template_for(relu), relu).empty()) << "no transcendental, no fast body";
+  OpCall gelu = call_of({OpId::kGelu, {4096}, DType::kBF16, json::object()});
+  EXPECT_TRUE(knob_values(cuda_template_for(gelu), gelu).empty()) << "erf gelu keeps erff";
+}
+
 }  // namespace
 }  // namespace kc::evolve
