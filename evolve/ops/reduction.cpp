@@ -87,6 +87,19 @@ void find_block(const TensorMeta& x, ReduceGeom& g) {
     if (x.sizes[d] == 0) g.outer = 0;   // an empty input: nothing for a kernel to do
 }
 
+// [r1, mid, r2] over the dims of size > 1: reduced, kept, reduced, each one run of them.
+void find_two_runs(const TensorMeta& x, ReduceGeom& g) {
+  std::vector<std::pair<bool, int64_t>> runs;   // (reduced, product of sizes), adjacent dims merged
+  for (size_t d = 0; d < x.sizes.size(); ++d) {
+    if (x.sizes[d] <= 1) continue;
+    if (!runs.empty() && runs.back().first == g.reduced[d]) runs.back().second *= x.sizes[d];
+    else runs.emplace_back(g.reduced[d], x.sizes[d]);
+  }
+  if (runs.size() != 3 || !runs[0].first) return;
+  g.two_runs = true;
+  g.r1 = runs[0].second, g.mid = runs[1].second, g.r2 = runs[2].second;
+}
+
 Status norm_order(const OpCall& c, ReduceGeom& g) {
   const double ord = c.double_arg("ord", 2.0);
   if (std::isinf(ord)) g.ord = ord > 0 ? NormOrd::kInf : NormOrd::kNegInf;
@@ -110,6 +123,7 @@ Result<ReduceGeom> reduce_geometry(const OpCall& c) {
   Status s = mark_dims(c, x, g);
   if (!s.is_ok()) return s;
   find_block(x, g);
+  if (!g.block && g.outer > 0) find_two_runs(x, g);
   int64_t reduced = 1;
   for (size_t d = 0; d < x.sizes.size(); ++d)
     if (g.reduced[d]) reduced *= x.sizes[d];

@@ -1,7 +1,8 @@
 // Reductions (sum, mean, amax, amin, argmax, argmin, var, std, var_mean, std_mean,
 // linalg_vector_norm, max.dim, min.dim, prod.dim_int, logsumexp), torch-free geometry shared by the schema (reduction.cpp), the references
 // and the templates: which dims a call reduces, with ATen's dim checks, and the lead input as
-// [outer, r, inner] when the reduced dims are one block of adjacent dims.
+// [outer, r, inner] when the reduced dims are one block of adjacent dims, or [r1, mid, r2] when
+// they are two blocks around the kept ones.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -40,6 +41,10 @@ struct ReduceGeom {
   std::vector<int64_t> out_sizes;   // eager's output sizes (keepdim or not)
   bool block = false;               // the reduced dims of size > 1 are adjacent: outer/r/inner hold
   int64_t outer = 1, r = 1, inner = 1;
+  // Otherwise, the dims of size > 1 may be [r1 reduced][mid kept][r2 reduced] (batch-norm
+  // statistics: dims (0, 2, 3) of NCHW): two_runs, and r = r1 * r2.
+  bool two_runs = false;
+  int64_t r1 = 1, mid = 1, r2 = 1;
   double correction = 1;            // var / std: the divisor is max(r - correction, 0)
   NormOrd ord = NormOrd::kP;        // vector norm
   double p = 2;

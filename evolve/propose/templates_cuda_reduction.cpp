@@ -1,6 +1,6 @@
 // CUDA reduction template (cuda.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
 // var_mean, std_mean, linalg_vector_norm, max.dim, min.dim, prod.dim_int and logsumexp over one
-// block of adjacent dims.
+// block of adjacent dims, or two blocks around the kept ones.
 // Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h, the fold state
 // of each kind in templates_cuda_reduction_states.cpp.
 //
@@ -15,6 +15,9 @@
 //   split = SP > 0, for few outputs and long reductions: each of SP blocks folds a chunk of r
 //     and writes its state to scratch; a second launch merges a column's SP states in a fixed
 //     order (a warp per output), so results are deterministic run to run.
+//   two runs [r1, mid, r2] (dims (0, 2, 3) of NCHW): each of the r1 * mid rows of r2 contiguous
+//     elements is folded as in the rows case into scratch, and the finishing launch of split
+//     merges an output's r1 states in order (kSegBody).
 // Accumulation is fp32 for every dtype (products too, as eager's CUDA prod). Ties of argmax /
 // argmin / max.dim / min.dim go to the lowest index and the lowest-index NaN wins, as in eager
 // (ATen's CUDA comparators order equal values and NaNs by index), whatever the merge order
@@ -187,6 +190,20 @@ extern "C" __global__ void __launch_bounds__(NT) kc_red_cols_part(S* __restrict_
 }
 )CU";
 
+// Two runs: row (j1, m) of r2 contiguous elements is row j1 * M + m; its state goes to
+// part[m * R1 + j1], so kc_red_finish (SP = R1) merges each output's states in j1 order.
+const char* kSegBody = R"CU(
+extern "C" __global__ void __launch_bounds__(NT) kc_red_seg_part(S* __restrict__ part, const T* __restrict__ x,
+                                                                 long long M, long long R1, long long R2) {
+  __shared__ S sh[32];
+  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
+  if (row >= M * R1) return;   // whole warps only (G == 32); a block row always exists
+  const S a = kc_group(kc_fold_row(x + row * R2, 0, R2, t), sh);
+  if (t == 0) part[(row % M) * R1 + row / M] = a;
+}
+)CU";
+
 constexpr int64_t kMergeShared = 32768;   // bytes of the column merge's states (one per thread and column)
 
 struct RedCall {
@@ -202,8 +219,12 @@ bool red_call(const OpCall& c, RedCall& rc) {
   const TensorMeta* x = c.input("self");
   if (!x || !x->defined || !elem_dtype(x->dtype) || x->numel() == 0) return false;
   auto g = reduce_geometry(c);
-  if (!g.is_ok() || !g->block || g->outer * g->r * g->inner != x->numel()) return false;
+  if (!g.is_ok()) return false;
+  const bool rows_cols = g->block && g->outer * g->r * g->inner == x->numel();
+  const bool two = g->two_runs && !indexed(g->kind) && g->r1 * g->mid * g->r2 == x->numel() && g->r1 <= INT_MAX;
+  if (!rows_cols && !two) return false;
   rc.g = g.value();
+  rc.g.block = rows_cols;
   rc.x = x->dtype;
   rc.o = c.outputs[0].dtype;
   rc.two = c.outputs.size() == 2;
@@ -216,23 +237,34 @@ bool red_call(const OpCall& c, RedCall& rc) {
     return false;
   }
   if (welford(k) && rc.g.r > (int64_t{1} << 24)) return false;   // the count is an exact fp32 integer
-  return rc.g.outer * rc.g.inner < (int64_t{1} << 40);
+  return rc.g.block ? rc.g.outer * rc.g.inner < (int64_t{1} << 40) : rc.g.r1 * rc.g.mid <= INT_MAX;   // rows of the two-run grid
 }
 
 // Knobs. Rows (inner == 1): threads, rows (warps a block), vec, unroll, split. Columns: tx, ty,
 // vec (columns a thread), unroll, split.
+// The rows kernels' group and width for rows of n elements: threads, rows a block, vec.
+void row_knobs(DType x, int64_t n, std::vector<KnobDim>& sp) {
+  // Any width at any row length: the row kernels load a misaligned head and tail one by one.
+  auto vecs = vec_values(x, 8);
+  const int64_t vec = vecs.back();
+  const int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 8)), 32, 1024);
+  sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, nt)});
+  sp.push_back({"rows", with_default({1, 2, 4, 8}, nt == 32 ? 4 : 1)});
+  sp.push_back({"vec", with_default(vecs, vec)});
+}
+
 std::vector<KnobDim> red_space(const RedCall& rc) {
   const ReduceGeom& g = rc.g;
   std::vector<KnobDim> sp;
   std::vector<int64_t> splits = {0};
+  if (!g.block) {   // two runs: the r1 states of an output are its split already
+    row_knobs(rc.x, g.r2, sp);
+    sp.push_back({"unroll", {4, 1, 2, 8}});
+    if (g.kind == ReduceKind::kLogSumExp) sp.push_back({"exp2", {1, 0}});
+    return sp;
+  }
   if (g.inner == 1) {
-    // Any width at any row length: the row kernels load a misaligned head and tail one by one.
-    auto vecs = vec_values(rc.x, 8);
-    const int64_t vec = vecs.back();
-    const int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(g.r / vec, 8)), 32, 1024);
-    sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, nt)});
-    sp.push_back({"rows", with_default({1, 2, 4, 8}, nt == 32 ? 4 : 1)});
-    sp.push_back({"vec", with_default(vecs, vec)});
+    row_knobs(rc.x, g.r, sp);
     for (int64_t s : {2, 4, 8, 16, 33, 66, 132, 264, 528, 1056})
       if (g.r / s >= 2048 && g.outer * s <= INT_MAX) splits.push_back(s);
   } else {
@@ -301,7 +333,11 @@ class ReductionTemplate : public Template {
     const ReduceGeom& g = rc.g;
     std::string consts;
     int64_t g_threads = 32, rpb = 1, vec = 1, tx = 1, ty = 1, vb = 1;
-    if (g.inner == 1) {
+    if (!g.block) {
+      g_threads = k["threads"];
+      if (g_threads > 32) k["rows"] = 1;
+      rpb = k["rows"], vec = k["vec"];
+    } else if (g.inner == 1) {
       if (k["split"] > 0 && k["threads"] == 32) k["threads"] = 256;   // a block per chunk
       g_threads = k["threads"];
       if (g_threads > 32 || k["split"] > 0) k["rows"] = 1;
@@ -315,10 +351,11 @@ class ReductionTemplate : public Template {
     }
     consts = "constexpr int G = " + S(g_threads) + ", RPB = " + S(rpb) + ", VEC = " + S(vec) + ", TX = " + S(tx) +
              ", TY = " + S(ty) + ", VB = " + S(vb) + ", U = " + S(k["unroll"]) + ", NT = " +
-             S(g.inner == 1 ? g_threads * rpb : tx * ty) + ";\n";
+             S(!g.block || g.inner == 1 ? g_threads * rpb : tx * ty) + ";\n";
     const std::string src = "// kernelcraft cuda.reduction " + std::string(op_info(c.op).name) + " " + dtype_name(rc.x) +
-                            " -> " + dtype_name(rc.o) + (g.inner == 1 ? " rows" : " columns") + "\n" +
-                            dtype_prelude(rc.x) + consts + out_prelude(rc) + reduction_fold_state(g, k.count("exp2") && k["exp2"]) + kReduceBody;
+                            " -> " + dtype_name(rc.o) + (!g.block ? " two runs" : g.inner == 1 ? " rows" : " columns") +
+                            "\n" + dtype_prelude(rc.x) + consts + out_prelude(rc) +
+                            reduction_fold_state(g, k.count("exp2") && k["exp2"]) + kReduceBody + (g.block ? "" : kSegBody);
     auto lr = launches(rc, k);
     if (!lr.is_ok()) return lr.status();
     return make_candidate(name(), std::move(k), src, std::move(lr.value().first), std::move(lr.value().second));
@@ -335,9 +372,13 @@ class ReductionTemplate : public Template {
       a.insert(a.end(), tail.begin(), tail.end());
       return a;
     };
-    const int64_t nout = g.outer * g.inner, split = k.at("split");
+    const int64_t nout = g.block ? g.outer * g.inner : g.mid, split = g.block ? k.at("split") : g.r1;
     json ls = json::array(), scratch;
-    if (g.inner == 1) {
+    if (!g.block) {
+      const int64_t rows = g.r1 * g.mid;
+      ls.push_back(launch("kc_red_seg_part", {S(cdiv(rows, k.at("rows")))}, {k.at("threads") * k.at("rows")},
+                          {"ptr:part", "ptr:self", "i64:" + S(g.mid), "i64:" + S(g.r1), "i64:" + S(g.r2)}));
+    } else if (g.inner == 1) {
       const int64_t nt = k.at("threads") * k.at("rows");
       if (split == 0) {
         ls.push_back(launch("kc_red_rows", {S(cdiv(g.outer, k.at("rows")))}, {nt}, with({"ptr:self", "i64:" + S(g.outer), "i64:" + S(g.r)})));

@@ -91,7 +91,10 @@ TEST_F(Gpu, TimingsPoolVar) {
       {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}}, 16.0 * 32 * 256 * 256,
        16.0 * 32 * 255 * 255},
       {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}}, r, 2 * 16.0 * 4096},
-      {OpId::kVarMean, {32, 256, 56, 56}, {{"dim", {0, 2, 3}}}, {{}}, 32.0 * 256 * 56 * 56, 512},
+      // Two runs (batch-norm statistics): rows of 3136 folded by a warp, a block, a big block.
+      {OpId::kVarMean, {32, 256, 56, 56}, {{"dim", {0, 2, 3}}},
+       {{}, {{"threads", 32}, {"rows", 4}}, {{"threads", 256}}, {{"threads", 1024}}, {{"unroll", 8}}}, 32.0 * 256 * 56 * 56, 512},
+      {OpId::kVarMean, {32, 2048, 7, 7}, {{"dim", {0, 2, 3}}}, {{}, {{"threads", 32}, {"rows", 8}}}, 32.0 * 2048 * 49, 4096},
   };
   for (DType dt : {DType::kF32, DType::kBF16})
     for (const T& t : ts) {
@@ -105,6 +108,24 @@ TEST_F(Gpu, TimingsPoolVar) {
       for (const gpu_run::Timed& tm : timed)
         std::printf("%-14s %-4s %-24s %-80s %8.4f ms  %6.0f GB/s\n", op_info(t.op).name, dtype_name(dt),
                     json(t.sizes).dump().c_str(), tm.id.c_str(), tm.median_ms, bytes / (tm.median_ms * 1e6));
+    }
+}
+
+// cuda.unary's fast math against the precise bodies in bf16 and fp16 (16, 1024, 4096): the
+// activations whose libm calls bound eager below the copy bandwidth.
+TEST_F(Gpu, TimingsFastMath) {
+  const double n = 16.0 * 1024 * 4096;
+  for (DType dt : {DType::kBF16, DType::kF16})
+    for (OpId op : {OpId::kSoftplus, OpId::kMish, OpId::kElu, OpId::kGelu, OpId::kSilu, OpId::kTanh}) {
+      const json args = op == OpId::kGelu ? json{{"approximate", "tanh"}} : json::object();
+      auto cr = make_call(op, {16, 1024, 4096}, dt, BackendKind::kCuda, args);
+      ASSERT_TRUE(cr.is_ok()) << cr.status().to_string();
+      std::vector<gpu_run::Timed> timed;
+      gpu_run::time_candidates(*this, cr.value(), {{{"math", 0}}, {{"math", 1}}}, 200, timed);
+      ASSERT_FALSE(HasFatalFailure());
+      for (const gpu_run::Timed& tm : timed)
+        std::printf("%-14s %-4s %-60s %8.4f ms  %6.0f GB/s\n", op_info(op).name, dtype_name(dt), tm.id.c_str(),
+                    tm.median_ms, 2 * n * 2 / (tm.median_ms * 1e6));
     }
 }
 

@@ -340,6 +340,13 @@ TEST_F(Gpu, Reduction) {
       cs.push_back({op, {8, 256, 64}, DType::kF32, {{"dim", {1, 2}}, {"keepdim", true}}, 1});
     }
   }
+  // Two runs around the kept dims: NCHW batch-norm statistics, odd and short inner runs, halves.
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kVar, OpId::kStd, OpId::kVarMean,
+                  OpId::kStdMean, OpId::kVectorNorm, OpId::kLogsumexp}) {
+    cs.push_back({op, {16, 64, 28, 28}, DType::kF32, {{"dim", {0, 2, 3}}}, 2, {{{"threads", 32}, {"rows", 8}}}});
+    cs.push_back({op, {7, 33, 5, 9}, DType::kBF16, {{"dim", {0, 2, 3}}, {"keepdim", true}}, 1, {{{"vec", 8}}}});
+    cs.push_back({op, {3, 40, 1001}, DType::kF16, {{"dim", {0, 2}}}, 1, {{{"threads", 256}}}});
+  }
   cs.push_back({OpId::kMean, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
   cs.push_back({OpId::kProd, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
   for (const json& ord : {json(1), json(3), json(INFINITY), json(-INFINITY)})

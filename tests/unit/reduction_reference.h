@@ -1,6 +1,6 @@
 // The reduction family's reference for the template tests (CPU: template_cpu_reference_reduction.cpp,
 // GPU: tests/gpu/template_gpu_reference.cpp): each output folds its r inputs (the [outer, r, inner]
-// view of reduce_geometry) in double, straight from the definition. Max / min values and argmax /
+// or [r1, mid, r2] view of reduce_geometry) in double, straight from the definition. Max / min values and argmax /
 // argmin / max.dim / min.dim indices are exact (first index on ties, the first NaN wins); a sum's
 // scale is its magnitude, the variance's that of its deviations (the mean's error cancels to first
 // order), a product's its own magnitude grown by sqrt(r) fp32 roundings (relative errors compound).
@@ -23,11 +23,17 @@ struct Out {
   double ref = 0, scale = 0, out1 = 0, out1_scale = 0;
 };
 
-template <class X> Out logsumexp(const ReduceGeom& g, const X& x, int64_t base) {
+// The flat index of input l (0 <= l < r, in order) of output o.
+inline int64_t elem(const ReduceGeom& g, int64_t o, int64_t l) {
+  if (!g.block) return (l / g.r2) * g.mid * g.r2 + o * g.r2 + l % g.r2;
+  return (o / g.inner) * g.r * g.inner + o % g.inner + l * g.inner;
+}
+
+template <class X> Out logsumexp(const ReduceGeom& g, const X& x, int64_t o) {
   double m = -INFINITY;
   bool nan = false;
   for (int64_t l = 0; l < g.r; ++l) {
-    const double v = x[base + l * g.inner];
+    const double v = x[elem(g, o, l)];
     nan = nan || std::isnan(v);
     m = std::max(m, v);
   }
@@ -37,10 +43,10 @@ template <class X> Out logsumexp(const ReduceGeom& g, const X& x, int64_t base) 
     return r;
   }
   double s = 0, wd = 0;
-  for (int64_t l = 0; l < g.r; ++l) s += std::exp(static_cast<double>(x[base + l * g.inner]) - m);
+  for (int64_t l = 0; l < g.r; ++l) s += std::exp(static_cast<double>(x[elem(g, o, l)]) - m);
   r.ref = m + std::log(s);
   for (int64_t l = 0; l < g.r; ++l) {
-    const double v = x[base + l * g.inner];
+    const double v = x[elem(g, o, l)];
     if (v > -INFINITY) wd += std::exp(v - r.ref) * (m - v);   // a -inf term weighs nothing
   }
   const double n = static_cast<double>(g.r);
@@ -50,13 +56,12 @@ template <class X> Out logsumexp(const ReduceGeom& g, const X& x, int64_t base) 
 
 // Output o of `g` from x (any container of values indexable by int64).
 template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double unit) {
-  const int64_t base = (o / g.inner) * g.r * g.inner + o % g.inner;
-  if (g.kind == ReduceKind::kLogSumExp) return logsumexp(g, x, base);
+  if (g.kind == ReduceKind::kLogSumExp) return logsumexp(g, x, o);
   const bool want_max = selects_max(g.kind) || (g.kind == ReduceKind::kNorm && g.ord == NormOrd::kInf);
   double sum = 0, abs = 0, pw = 0, best = 0, prod = 1;
   int64_t at = -1;
   for (int64_t l = 0; l < g.r; ++l) {
-    double v = x[base + l * g.inner];
+    double v = x[elem(g, o, l)];
     sum += v;
     prod *= v;
     abs += std::fabs(v);
@@ -89,7 +94,7 @@ template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double u
   }
   double dev2 = 0, devx = 0;
   for (int64_t l = 0; l < g.r; ++l) {
-    const double v = x[base + l * g.inner], d = v - mean;
+    const double v = x[elem(g, o, l)], d = v - mean;
     dev2 += d * d;
     devx += std::fabs(d) * std::fabs(v);
   }

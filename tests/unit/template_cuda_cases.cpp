@@ -185,6 +185,11 @@ std::vector<Case> cases() {
     v.push_back({op, {1 << 20, 16}, DType::kBF16, {{"dim", 0}}, 3});
     v.push_back({op, {5, 3, 17}, DType::kF16, {{"dim", 1}}, 2});
   }
+  // Two runs around the kept dims (batch-norm statistics), every kind that takes a dim list.
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kVarMean, OpId::kStd, OpId::kVectorNorm, OpId::kLogsumexp}) {
+    v.push_back({op, {32, 256, 56, 56}, DType::kF32, {{"dim", {0, 2, 3}}}, 3});
+    v.push_back({op, {8, 64, 49}, DType::kBF16, {{"dim", {0, 2}}, {"keepdim", true}}, 2});
+  }
   v.push_back({OpId::kSum, {64, 1 << 20}, DType::kF32, {{"dim", "none"}}, 4});
   v.push_back({OpId::kMean, {8, 4096, 64}, DType::kBF16, {{"dim", {1, 2}}, {"dtype", "f32"}}, 3});
   v.push_back({OpId::kVectorNorm, {256, 1000}, DType::kF32, {{"dim", "none"}, {"ord", INFINITY}}, 3});

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "evolve/ops/op_call.h"
+#include "evolve/ops/reduction.h"
 #include "tests/unit/plain_calls.h"
 
 namespace kc::evolve {
@@ -24,6 +25,27 @@ TEST(OpCall, KeyRoundTripForEveryOp) {
     ASSERT_TRUE(j.is_ok());
     EXPECT_EQ(call_key(j.value()), key);
   }
+}
+
+// The reduction geometry: one block of reduced dims as [outer, r, inner] (size-1 dims ignored),
+// two blocks around the kept ones as [r1, mid, r2], anything else neither.
+TEST(OpCall, ReductionGeometryRuns) {
+  auto geom = [](std::vector<int64_t> sizes, std::vector<int64_t> dims) {
+    auto c = make_call(OpId::kVarMean, sizes, DType::kF32, BackendKind::kCuda, {{"dim", dims}});
+    EXPECT_TRUE(c.is_ok());
+    return reduce_geometry(c.value()).value();
+  };
+  ReduceGeom g = geom({32, 256, 56, 56}, {0, 2, 3});
+  EXPECT_FALSE(g.block);
+  EXPECT_TRUE(g.two_runs);
+  EXPECT_EQ(std::vector<int64_t>({g.r1, g.mid, g.r2, g.r}), std::vector<int64_t>({32, 256, 3136, 32 * 3136}));
+  g = geom({4, 6, 8, 3}, {0, 3});
+  EXPECT_TRUE(g.two_runs && g.r1 == 4 && g.mid == 48 && g.r2 == 3);
+  g = geom({8, 1, 5, 7}, {0, 2});   // the size-1 dim between: one block
+  EXPECT_TRUE(g.block && !g.two_runs && g.outer == 1 && g.r == 40 && g.inner == 7);
+  EXPECT_FALSE(geom({2, 3, 4, 5}, {1, 3}).two_runs);   // kept, reduced, kept, reduced
+  EXPECT_FALSE(geom({4, 6, 8, 3}, {0, 2}).two_runs);   // a kept dim after the second run
+  EXPECT_FALSE(geom({4, 6, 8, 3}, {1, 2}).two_runs);   // one block
 }
 
 TEST(OpCall, LayerNormOutputsAndMasks) {

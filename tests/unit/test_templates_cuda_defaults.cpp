@@ -58,6 +58,16 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   bool four = false;   // 9 rows for 4 outputs instead of 12
   for (const auto& d : t->space(stem)) four = four || (d.name == "rows" && d.values == std::vector<int64_t>{1, 4});
   EXPECT_TRUE(four);
+  // Strips are the default only where they load at most half the rows (3x3 stride 1: 6 of 12),
+  // with 4 outputs a row; the stem keeps single rows of 2.
+  auto s1_def = t->render(s1, {});
+  ASSERT_TRUE(s1_def.is_ok());
+  EXPECT_EQ(s1_def->knobs.at("rows"), 4);
+  EXPECT_EQ(s1_def->knobs.at("vpt"), 4);
+  auto stem_def = t->render(stem, {});
+  ASSERT_TRUE(stem_def.is_ok());
+  EXPECT_EQ(stem_def->knobs.at("rows"), 1);
+  EXPECT_EQ(stem_def->knobs.at("vpt"), 2);
 
   OpCall wide = call_of({OpId::kMaxPool2d, {1, 1, 4, 200}, DType::kF32,
                          {{"kernel_size", {1, 8}}, {"stride", {1, 2}}, {"dilation", {1, 4}}}});
