@@ -88,10 +88,12 @@ __device__ __forceinline__ S kc_fold_row(const T* __restrict__ row, long long lo
     for (int q = 0; q < U * VEC; ++q) f[q] = ld(r[q / VEC].v[q % VEC]);
     kc_add_n(a, f, [&](int q) { return b + (i + (q / VEC) * G) * VEC + q % VEC; });
   }
-  for (; i < e; i += G) {
+  for (; i < e; i += G) {   // a vector as one chunk: one Welford merge, not VEC serial divisions
     const V r = v[i];
+    float f[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) kc_add(a, ld(r.v[k]), b + i * VEC + k);
+    for (int k = 0; k < VEC; ++k) f[k] = ld(r.v[k]);
+    kc_add_n(a, f, [&](int k) { return b + i * VEC + k; });
   }
   if constexpr (VEC > 1) {
     const long long j = b + e * VEC + t;
