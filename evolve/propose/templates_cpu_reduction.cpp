@@ -1,12 +1,14 @@
 // CPU reduction template (cpu.reduction): sum, mean, amax, amin, argmax, argmin, var, std,
 // var_mean, std_mean, linalg_vector_norm, max.dim, min.dim, prod.dim_int and logsumexp over one
-// block of adjacent dims, fp32.
+// block of adjacent dims, or two blocks around the kept ones, fp32.
 // Part of the CPU op-family templates (overview in templates_cpu.cpp); shared pieces in
 // templates_cpu_common.h.
 //
 // The input is [outer, r, inner] (reduction.h). inner == 1: a block is `rows` rows, each folded
 // in order. inner > 1: a block is `cols` adjacent columns of one outer slice, walked along r with
-// one state per column (the inner loop runs across columns, so sums vectorize). Every output is
+// one state per column (the inner loop runs across columns, so sums vectorize). Two runs
+// [r1, mid, r2]: a block is `rows` outputs, each folding its r1 runs of r2 contiguous inputs in
+// turn. Every output is
 // one fold of its inputs in index order, whatever the block partition, so results are
 // deterministic. Sums, products and Welford states are double (a double product of fp32 factors
 // neither overflows nor underflows where eager's fp32 one does not); max / min / argmax compare
@@ -129,6 +131,20 @@ const char* kColsBody = R"K(  const int64_t per = ctx->block[0];
   }
 )K";
 
+const char* kTwoRunsBody = R"K(  const int64_t per = ctx->block[0];
+  for (int64_t b = ctx->begin; b < ctx->end; ++b) {
+    const int64_t m1 = (b + 1) * per < mid ? (b + 1) * per : mid;
+    for (int64_t m = b * per; m < m1; ++m) {
+      S s = kc_init();
+      for (int64_t j1 = 0; j1 < r1; ++j1) {
+        const float* KC_RS x = in + (j1 * mid + m) * r2;
+        for (int64_t j = 0; j < r2; ++j) kc_add(&s, x[j], j1 * r2 + j);
+      }
+      kc_store(out0, out1, m, &s);
+    }
+  }
+)K";
+
 constexpr int64_t kMaxCols = 256;
 const std::vector<int64_t> kCols = {16, 32, 64, 128, 256};
 
@@ -140,6 +156,7 @@ class ReductionTemplate : public Template {
   std::vector<KnobDim> space(const OpCall& c) const override {
     ReduceGeom g;
     if (!handles(c, g)) return {};
+    if (!g.block) return {{"rows", rows_values(g.mid, g.r)}};
     if (g.inner == 1) return {{"rows", rows_values(g.outer, g.r)}};
     auto cols = useful_sizes(kCols, g.inner);
     return {{"cols", default_first(cols, pick_default(cols, 64))}, {"simd", kOnOff}};
@@ -150,8 +167,8 @@ class ReductionTemplate : public Template {
     if (!k.is_ok()) return k.status();
     ReduceGeom g;
     handles(c, g);
-    const bool rows_path = g.inner == 1;
-    const bool simd = !rows_path && k->at("simd") != 0;
+    const bool rows_path = g.block && g.inner == 1;
+    const bool simd = g.block && !rows_path && k->at("simd") != 0;
     const std::string opname = op_info(c.op).name;
     const std::string entry = "kc_cpu_" + opname;
     Args a;
@@ -164,7 +181,14 @@ class ReductionTemplate : public Template {
     a.ptr("const float*", "in", "self");
     std::string body;
     json l;
-    if (rows_path) {
+    if (!g.block) {
+      a.i64("mid", str(g.mid));
+      a.i64("r1", str(g.r1));
+      a.i64("r2", str(g.r2));
+      body = kTwoRunsBody;
+      const int64_t per = k->at("rows");
+      l = json::array({launch(entry, str(cdiv(g.mid, per)), per, a.spec)});
+    } else if (rows_path) {
       a.i64("rows", str(g.outer));
       a.i64("n", str(g.r));
       body = kRowsBody;
@@ -177,14 +201,15 @@ class ReductionTemplate : public Template {
       const int64_t per = k->at("cols");
       l = json::array({launch(entry, str(g.outer * cdiv(g.inner, per)), per, a.spec)});
     }
-    std::string src = head(name(), opname + (rows_path ? " rows" : " cols"), k.value()) + "#define KC_COLS " +
+    std::string src = head(name(), opname + (!g.block ? " two runs" : rows_path ? " rows" : " cols"), k.value()) + "#define KC_COLS " +
                       str(kMaxCols) + "\n" + cpu_state(g) + kernel(entry, a, body);
     return candidate(name(), k.value(), std::move(src), std::move(l));
   }
 
  private:
   static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-  // fp32 in (and out; int64 for argmax and max / min.dim's indices), dense, the reduced dims one block.
+  // fp32 in (and out; int64 for argmax and max / min.dim's indices), dense, the reduced dims one
+  // block or two around the kept ones.
   static bool handles(const OpCall& c, ReduceGeom& g) {
     if (c.backend != BackendKind::kCpu || op_info(c.op).family != OpFamily::kReduction || !c.dense() || c.outputs.empty())
       return false;
@@ -195,8 +220,11 @@ class ReductionTemplate : public Template {
     for (size_t j = 0; j < c.outputs.size(); ++j)
       if (!c.outputs[j].defined || c.outputs[j].dtype != (arg || (pair && j == 1) ? DType::kI64 : DType::kF32)) return false;
     auto r = reduce_geometry(c);
-    if (!r.is_ok() || !r->block || r->outer * r->r * r->inner != x->numel()) return false;
+    if (!r.is_ok()) return false;
+    const bool block = r->block && r->outer * r->r * r->inner == x->numel();
+    if (!block && !(r->two_runs && !indexed(r->kind) && r->r1 * r->mid * r->r2 == x->numel())) return false;
     g = r.value();
+    g.block = block;
     return true;
   }
 };

@@ -345,6 +345,11 @@ std::vector<Case> reduction_cases() {
   for (OpId op : {OpId::kSum, OpId::kArgmax, OpId::kStdMean, OpId::kMax, OpId::kProd, OpId::kLogsumexp})
     v.push_back({std::string(op_info(op).name) + "/keepdim/5x3x17", cpu_call(op, {5, 3, 17}, {{"dim", 1}, {"keepdim", true}})});
   v.push_back({"sum/empty-list/4x9", cpu_call(OpId::kSum, {4, 9}, {{"dim", json::array()}})});
+  // Two runs around the kept dims (batch-norm statistics), with a size-1 dim inside a run.
+  for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kVarMean, OpId::kStd, OpId::kVectorNorm, OpId::kLogsumexp}) {
+    v.push_back({std::string(op_info(op).name) + "/two-runs/6x5x7x11", cpu_call(op, {6, 5, 7, 11}, {{"dim", {0, 2, 3}}})});
+    v.push_back({std::string(op_info(op).name) + "/two-runs-keep/3x1x9x40x2", cpu_call(op, {3, 1, 9, 40, 2}, {{"dim", {0, 1, 3, 4}}, {"keepdim", true}})});
+  }
   Case off{"var/offset/40x300", cpu_call(OpId::kVar, {40, 300}, {{"dim", 1}, {"correction", 0}})};
   off.offset = 1000;
   v.push_back(off);
