@@ -38,6 +38,9 @@ CASES = [
      "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), weight=x.abs(), pos_weight=w(16))"),
     # CompositeExplicitAutograd: no CPU kernel of its own; the interception sits at the CPU key
     ("logsumexp", "64x300", "f32", {"dim": [1]}, "torch.logsumexp(x, 1)"),
+    # Two runs of reduced dims around the kept one (batch-norm statistics); Python passes
+    # correction 1 where the CLI would key "none"
+    ("var_mean", "6x8x7x9", "f32", {"dim": [0, 2, 3], "correction": 1}, "torch.var_mean(x, (0, 2, 3))[0]"),
     # The same, and reached only through autograd: the forward's derivative calls them (grad_output
     # a 0-dim one for mean and sum)
     ("smooth_l1_loss_backward", "64x16", "f32", {"beta": 0.5},

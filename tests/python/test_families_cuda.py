@@ -34,6 +34,7 @@ CASES = [
      "F.binary_cross_entropy_with_logits(x, torch.sigmoid(x.flip(0)), pos_weight=w(2048))"),
     ("logsumexp", "64x2048x1023", "f32", {"dim": [1]}, "torch.logsumexp(x, 1)"),
     ("logsumexp", "4096x8192", "bf16", {"dim": [1]}, "torch.logsumexp(x, 1)"),
+    ("var_mean", "32x256x56x56", "bf16", {"dim": [0, 2, 3], "correction": 1}, "torch.var_mean(x, (0, 2, 3))[0]"),
     # CompositeExplicitAutograd backward ops reached through autograd (eager: zeros_like, then a pass)
     ("smooth_l1_loss_backward", "4096x4099", "bf16", {"beta": 0.5},
      "torch.autograd.grad(F.smooth_l1_loss(l := x.detach().requires_grad_(), torch.sin(x), beta=0.5), l)[0]"),
