@@ -31,6 +31,8 @@ TEST_F(Gpu, Unary) {
   }
   cs.push_back({OpId::kGelu, {4099}, DType::kF32, {{"approximate", "tanh"}}, 6});
   cs.push_back({OpId::kGelu, {4099}, DType::kF16, {{"approximate", "tanh"}}, 3});
+  cs.push_back({OpId::kGelu, {77777}, DType::kBF16, kNone, 2, {{{"math", 1}}}});   // fast erfc
+  cs.push_back({OpId::kGelu, {4099}, DType::kF16, kNone, 2, {{{"math", 1}}}});
   cs.push_back({OpId::kRelu, {4099}, DType::kBF16, kNone, 3});
   cs.push_back({OpId::kSilu, {1025}, DType::kF16, kNone, 3});
   cs.push_back({OpId::kSigmoid, {77777}, DType::kBF16, kNone, 3});

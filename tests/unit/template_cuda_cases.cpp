@@ -39,6 +39,7 @@ std::vector<Case> cases() {
     for (DType dt : {DType::kBF16, DType::kF16}) v.push_back({op, {513}, dt, none, 0, {{{"math", 1}}}});
   for (OpId op : {OpId::kGelu, OpId::kGeluBackward})
     v.push_back({op, {513}, DType::kBF16, {{"approximate", "tanh"}}, 0, {{{"math", 1}}}});
+  v.push_back({OpId::kGelu, {513}, DType::kF16, json::object(), 0, {{{"math", 1}}}});
   for (OpId op : {OpId::kReluBackward, OpId::kSiluBackward, OpId::kSigmoidBackward, OpId::kTanhBackward,
                   OpId::kGeluBackward}) {
     v.push_back({op, {513, 7}, DType::kF32, none, 6});
