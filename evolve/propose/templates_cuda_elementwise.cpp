@@ -107,7 +107,8 @@ EwOp ew_backward(const OpCall& c) {
 // Fast math for 16-bit data (knob `math` = 1): hardware exp2/log2/reciprocal approximations
 // (about 2^-22 relative) with a series where they would cancel, so the fp32 result stays within a
 // few 1e-6 relative of the exact one before it is rounded to bf16 (2^-9) or fp16 (2^-12). NaN and
-// +-inf follow the precise bodies. Offered only for 16-bit data: in fp32 these ops already run at
+// +-inf follow the precise bodies. The intrinsics flush subnormals, so results that go through a
+// term below about 1e-38 come out as 0: silu and sigmoid below x = -87 (silu(-88) is -5e-37). Offered only for 16-bit data: in fp32 these ops already run at
 // the memory bound, and the static check refuses approximate intrinsics on fp32 data.
 const char* kFastMath = R"CU(__device__ __forceinline__ float kc_fdiv(float a, float b) { return __fdividef(a, b); }
 __device__ __forceinline__ float kc_fsigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
