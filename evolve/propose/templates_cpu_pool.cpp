@@ -74,8 +74,7 @@ const char* kMaxOut = R"K(        float m = -INFINITY;
               if (v > m || v != v) { m = v; bi = i; }
             }
         out[r * OW + ow] = m;
-        idx[r * OW + ow] = bi;
-)K";
+@IDX_STORE@)K";
 
 const char* kAvgOut = R"K(        kc_acc_t s = 0;
         for (int64_t t = t0; t < t1; ++t)
@@ -130,7 +129,8 @@ class PoolTemplate : public Template {
     a.i64("divisor", str(g.divisor));
     a.i64("include_pad", g.count_include_pad ? "1" : "0");
     // max_pool*_values: the same taps, no index output.
-    const std::string max_out = g.indices ? kMaxOut : replace_all(kMaxOut, "        idx[r * OW + ow] = bi;\n", "        (void)bi;\n");
+    const std::string max_out =
+        replace_all(kMaxOut, "@IDX_STORE@", g.indices ? "        idx[r * OW + ow] = bi;\n" : "        (void)bi;\n");
     std::string body = replace_all(kPoolBody, "@OUTPUT@", mx ? max_out : kAvgOut);
     std::string src = head(name(), opname, k.value()) + "#define KC_MAX " + (mx ? "1" : "0") + "\n" +
                       (mx ? "" : accumulators(k->at("acc") != 0)) + (g.adaptive ? kAdaptiveWindowFn : kWindowFn) +

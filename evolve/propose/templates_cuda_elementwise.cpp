@@ -108,10 +108,10 @@ EwOp ew_backward(const OpCall& c) {
 // (about 2^-22 relative) with a series where they would cancel, so the fp32 result stays within a
 // few 1e-6 relative of the exact one before it is rounded to bf16 (2^-9) or fp16 (2^-12). NaN and
 // +-inf follow the precise bodies. The intrinsics flush subnormals, so results that go through a
-// term below about 1e-38 come out as 0: silu and sigmoid below x = -87 (silu(-88) is -5e-37). Offered only for 16-bit data: in fp32 these ops already run at
-// the memory bound, and the static check refuses approximate intrinsics on fp32 data.
-const char* kFastMath = R"CU(__device__ __forceinline__ float kc_fdiv(float a, float b) { return __fdividef(a, b); }
-__device__ __forceinline__ float kc_fsigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// term below about 1e-38 come out as 0: silu and sigmoid below x = -87 (silu(-88) is -5e-37).
+// Offered only for 16-bit data: in fp32 these ops already run at the memory bound, and the static
+// check refuses approximate intrinsics on fp32 data.
+const char* kFastMath = R"CU(__device__ __forceinline__ float kc_fsigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 // expm1: the Taylor series to x^6 where exp(x) - 1 would cancel (|x| <= 1/4; error < 1e-7 relative).
 __device__ __forceinline__ float kc_fexpm1(float x) {
   const float s = x * (1.f + x * (0.5f + x * (1.f / 6 + x * (1.f / 24 + x * (1.f / 120 + x * (1.f / 720))))));
@@ -145,40 +145,31 @@ __device__ __forceinline__ float kc_ftanh_softplus(float x) {
 }
 )CU";
 
-const char* kGeluTanhFastBody =
-    "const float kB = 0.79788456080286535588f, kK = 0.044715f; const float a3 = a * a * a;"
-    " return 0.5f * a * (1.f + kc_ftanh(kB * (a + kK * a3)));";
-const char* kGeluTanhBackFastBody =
-    "const float kB = 0.79788456080286535588f, kK = 0.044715f; const float x2 = b * b, x3 = x2 * b;"
-    " const float th = kc_ftanh(kB * (b + kK * x3)); const float left = 0.5f * b, right = 1.f + th;"
-    " const float left_d = 0.5f * right, th_d = 1.f - th * th;"
-    " const float inner_d = kB * (1.f + 3.f * kK * x2); const float right_d = left * th_d * inner_d;"
-    " return a * (left_d + right_d);";
-
-// The fast-math body of the op of `c` (kFastMath), or nullptr where the precise one has no
-// transcendental worth replacing. Same operands and scalars as ew_forward / ew_backward. Not the
-// erf gelu's backward: near its zero (x = -0.75) cdf + x pdf cancels, and the approximations'
-// 1e-7 showed as 2-ulp fp16 errors in a sweep where erff's did not.
-const char* ew_fast(const OpCall& c) {
+// The fast-math body of the op of `c` (kFastMath), or "" where the precise one has no
+// transcendental worth replacing. Same operands and scalars as ew_forward / ew_backward; the tanh
+// gelu's are its precise bodies with kc_ftanh. Not the erf gelu's backward: near its zero
+// (x = -0.75) cdf + x pdf cancels, and the approximations' 1e-7 showed as 2-ulp fp16 errors in a
+// sweep where erff's did not.
+std::string ew_fast(const OpCall& c) {
   const bool tanh_approx = c.string_arg("approximate", "none") == "tanh";
   switch (c.op) {
     case OpId::kGelu:
-      return tanh_approx ? kGeluTanhFastBody
+      return tanh_approx ? replace_all(kGeluTanhBody, "tanhf(", "kc_ftanh(")
                          : "const float c = kc_ferfc(fabsf(a) * 0.70710678118654752440f); return 0.5f * a * (a >= 0.f ? 2.f - c : c);";
     case OpId::kSilu: return "return a * kc_fsigmoid(a);";
     case OpId::kSigmoid: return "return kc_fsigmoid(a);";
     case OpId::kTanh: return "return kc_ftanh(a);";
     case OpId::kElu: return "return a > 0.f ? a * q : kc_fexpm1(a * r) * (p * q);";
-    case OpId::kSoftplus: return "const float y = a * p; return y > q ? a : kc_fdiv(kc_fsoftplus(y), p);";
+    case OpId::kSoftplus: return "const float y = a * p; return y > q ? a : __fdividef(kc_fsoftplus(y), p);";
     case OpId::kMish: return "return a * kc_ftanh_softplus(a);";
-    case OpId::kGeluBackward: return tanh_approx ? kGeluTanhBackFastBody : nullptr;
+    case OpId::kGeluBackward: return tanh_approx ? replace_all(kGeluTanhBackBody, "tanhf(", "kc_ftanh(") : "";
     case OpId::kSiluBackward: return "const float s = kc_fsigmoid(b); return a * s * (1.f + b * (1.f - s));";
     case OpId::kEluBackward:
-      return c.int_arg("is_result", 0) ? nullptr : "return b <= 0.f ? a * r * (p * q) * __expf(b * r) : a * q;";
+      return c.int_arg("is_result", 0) ? "" : "return b <= 0.f ? a * r * (p * q) * __expf(b * r) : a * q;";
     case OpId::kSoftplusBackward: return "const float y = b * p; return y > q ? a : a * kc_fsigmoid(y);";
     case OpId::kMishBackward:
       return "const float s = kc_fsigmoid(b), t = kc_ftanh_softplus(b); return a * (t + b * s * (1.f - t * t));";
-    default: return nullptr;
+    default: return "";
   }
 }
 
@@ -276,7 +267,7 @@ class ElementwiseTemplate : public Template {
                                  {"grid_stride", {0, 1, 2, 4, 8}}};
     // 16-bit data moves half the bytes per element, so transcendental-heavy ops become bound by
     // the math; fast math (kFastMath) first there.
-    if (a->dtype != DType::kF32 && ew_fast(c)) dims.push_back({"math", {1, 0}});
+    if (a->dtype != DType::kF32 && !ew_fast(c).empty()) dims.push_back({"math", {1, 0}});
     return dims;
   }
 
@@ -298,7 +289,7 @@ class ElementwiseTemplate : public Template {
                       "constexpr int BLOCK = " + S(block) + ", VEC = " + S(vec) + ", UNROLL = " + S(unroll) +
                       ";\n#define KC_BINARY " + S(nin == 2) +
                       "\n__device__ __forceinline__ float kc_op(float a, float b, float p, float q, float r) { " +
-                      (fast ? std::string(ew_fast(c)) : op.body) + " }\n" + with_entry(kEwBody, op.entry);
+                      (fast ? ew_fast(c) : op.body) + " }\n" + with_entry(kEwBody, op.entry);
     std::string tiles = "ceil_div(numel(" + a + "), " + S(block * unroll * vec) + ")";
     std::string grid = gs == 0 ? tiles : "min(" + tiles + ", " + S(kSms * gs) + ")";
     std::vector<std::string> args = {"ptr:out0", "ptr:" + a};

@@ -223,7 +223,7 @@ bool red_call(const OpCall& c, RedCall& rc) {
   auto g = reduce_geometry(c);
   if (!g.is_ok()) return false;
   const bool rows_cols = g->block && g->outer * g->r * g->inner == x->numel();
-  const bool two = g->two_runs && !indexed(g->kind) && g->r1 * g->mid * g->r2 == x->numel() && g->r1 <= INT_MAX;
+  const bool two = g->two_runs && !indexed(g->kind) && g->r1 * g->mid * g->r2 == x->numel();
   if (!rows_cols && !two) return false;
   rc.g = g.value();
   rc.g.block = rows_cols;
