@@ -12,7 +12,7 @@ import os
 import pytest
 
 from conftest import LIB, run_python
-from test_evolution import PRELUDE, child, records
+from test_evolution import PRELUDE, child, search_pair
 from test_families import EPS, evolve
 
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -95,12 +95,11 @@ def serve_pair(tmp_path, case, device="cpu", dtype="float32", autocast=False,
                search=("--generations", "1", "--mu", "2", "--lambda", "3")):
     """Searches the pair's two keys offline, then checks the user's call in a fresh process."""
     name, shape, args, _, _ = case
-    cache = tmp_path / "c"
     short = SHORT[dtype]
     args = dict(args, upcast=True) if autocast else args
-    for op in ("cross_entropy", "cross_entropy_backward"):
-        evolve(cache, op, shape, short, args, "cuda" if device == "cuda" else "cpu", search)
-    states = {r["op"]: r["state"] for r in records(cache).values()}
+    both = lambda cache: [evolve(cache, op, shape, short, args, "cuda" if device == "cuda" else "cpu", search)
+                          for op in ("cross_entropy", "cross_entropy_backward")]
+    cache, states = search_pair(tmp_path, both, "kernelcraft::cross_entropy")
     assert states == {"kernelcraft::cross_entropy": "served", "kernelcraft::cross_entropy_backward": "served"}, states
     # The live check compares the first served calls with eager (its lse included).
     env = dict(os.environ, KERNELCRAFT_CACHE_DIR=str(cache), KERNELCRAFT_EVOLVE="0", KERNELCRAFT_LIB=LIB,

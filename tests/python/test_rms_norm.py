@@ -12,7 +12,7 @@ import pytest
 
 from conftest import LIB
 from test_cross_entropy import plain_run
-from test_evolution import child, records
+from test_evolution import child, search_pair
 from test_families import EPS, evolve
 
 FLT_EPS = 1.1920928955078125e-07   # eager's default eps for these dtypes, as the key holds it
@@ -93,12 +93,11 @@ def serve_pair(tmp_path, case, device="cpu", search=("--generations", "1", "--mu
     forward_may_lose: eager's forward may beat every candidate (CUDA torch's fused rms_norm); the
     forward key then ends eager_best and the call must be PyTorch's own, bit for bit."""
     name, shape, ns, weight, eps, dtype, wgrad = case
-    cache = tmp_path / "c"
     args = {"normalized_shape": ns, "weight": weight, "eps": FLT_EPS if eps is None else eps}
-    evolve(cache, "rms_norm", shape, SHORT[dtype], args, device, search)
-    evolve(cache, "rms_norm_backward", shape, SHORT[dtype], dict(args, output_mask=[1, int(wgrad and weight)]),
-           device, search)
-    states = {r["op"]: r["state"] for r in records(cache).values()}
+    both = lambda cache: (evolve(cache, "rms_norm", shape, SHORT[dtype], args, device, search),
+                          evolve(cache, "rms_norm_backward", shape, SHORT[dtype],
+                                 dict(args, output_mask=[1, int(wgrad and weight)]), device, search))
+    cache, states = search_pair(tmp_path, both, "kernelcraft::rms_norm", forward_may_lose)
     if forward_may_lose and states.get("kernelcraft::rms_norm") == "eager_best":
         assert states.get("kernelcraft::rms_norm_backward") in ("served", "eager_best"), states
         out = assert_pytorchs_own(tmp_path, case, cache, device)
