@@ -11,17 +11,33 @@ using nlohmann::json;
 // ---------------------------------------------------------------------------------------------
 // Softmax / log_softmax over the last dimension, and their backward.
 
+// exp and the final division. Precise: expf and an IEEE division. Fast math (knob `math`, 16-bit
+// data only): the hardware exp2 approximation and an approximate division, about 2^-21 relative
+// before the output is rounded to bf16 (2^-9) or fp16 (2^-12); outputs below about 1e-38 flush
+// to 0. The static check refuses these intrinsics on fp32 data, where softmax is memory bound
+// anyway; in 16 bits the precise exp and division are most of a row's instructions.
+const char* kSoftmaxPrecise = R"CU(__device__ __forceinline__ float kc_exp(float x) { return expf(x); }
+__device__ __forceinline__ float kc_div(float a, float s) { return a / s; }
+)CU";
+const char* kSoftmaxFast = R"CU(__device__ __forceinline__ float kc_exp(float x) { return __expf(x); }
+__device__ __forceinline__ float kc_div(float a, float s) { return __fdividef(a, s); }   // 1 <= s <= L, or NaN
+)CU";
+
+// KEEP_EXP: a row held in registers (ITEMS) and summed after its max (not online) keeps each
+// exp(x - m) of the sum in place of x, so the outputs divide it rather than compute it again:
+// half the exps, and the same bits (the same expf of the same argument).
 const char* kSoftmaxBody = R"CU(
+constexpr bool KEEP_EXP = ITEMS > 0 && !ONLINE && !LOG;
 // Online (max, sum) state: s is the sum of exp(x - m). An +inf or NaN input poisons s as eager's
 // exp(inf - inf) / exp(NaN) would; -inf inputs add nothing.
 __device__ __forceinline__ void kc_upd(float& m, float& s, float x) {
-  if (x > m) { s = __fmul_rn(s, expf(m - x)) + (x == KC_INF ? KC_NAN : 1.f); m = x; }
-  else if (x != -KC_INF) s += expf(x - m);
+  if (x > m) { s = __fmul_rn(s, kc_exp(m - x)) + (x == KC_INF ? KC_NAN : 1.f); m = x; }
+  else if (x != -KC_INF) s += kc_exp(x - m);
 }
 __device__ __forceinline__ void kc_merge(float& m, float& s, float m2, float s2) {
   const float mm = fmaxf(m, m2);
-  const float a = m == -KC_INF ? 0.f : __fmul_rn(s, expf(m - mm));
-  const float b = m2 == -KC_INF ? 0.f : __fmul_rn(s2, expf(m2 - mm));
+  const float a = m == -KC_INF ? 0.f : __fmul_rn(s, kc_exp(m - mm));
+  const float b = m2 == -KC_INF ? 0.f : __fmul_rn(s2, kc_exp(m2 - mm));
   m = mm;
   s = a + b;
 }
@@ -39,7 +55,7 @@ __device__ __forceinline__ void kc_gmerge(float& m, float& s, float* shm, float*
 }
 __device__ __forceinline__ float kc_out(float x, float m, float s, float ls) {
   if constexpr (LOG) return (x - m) - ls;
-  else return expf(x - m) / s;
+  else return kc_div(kc_exp(x - m), s);
 }
 extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, const T* __restrict__ x, long long rows, int L) {
   __shared__ float sh_m[32], sh_s[32];
@@ -79,7 +95,11 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, c
       for (int k = 0; k < ITEMS; ++k)
         if (k * G + t < nv)
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) s += expf(r[k][e] - m);
+          for (int e = 0; e < VEC; ++e) {
+            const float ex = kc_exp(r[k][e] - m);
+            s += ex;
+            if constexpr (KEEP_EXP) r[k][e] = ex;
+          }
       s = kc_gsum(s, sh_s);
     }
   } else if constexpr (ONLINE) {
@@ -99,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, c
     for (int i = t; i < nv; i += G) {
       const V v = xv[i];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) s += expf(ld(v.v[e]) - m);
+      for (int e = 0; e < VEC; ++e) s += kc_exp(ld(v.v[e]) - m);
     }
     s = kc_gsum(s, sh_s);
   }
@@ -111,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, c
       if (i < nv) {
         V o;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) o.v[e] = st(kc_out(r[k][e], m, s, ls));
+        for (int e = 0; e < VEC; ++e) o.v[e] = st(KEEP_EXP ? kc_div(r[k][e], s) : kc_out(r[k][e], m, s, ls));
         ov[i] = o;
       }
     }
@@ -204,6 +224,7 @@ class SoftmaxTemplate : public Template {
     std::vector<KnobDim> sp;
     row_space(sp, x->dtype, x->sizes.back(), true);
     if (!backward_) sp.push_back({"online", {0, 1}});
+    if (!backward_ && x->dtype != DType::kF32) sp.push_back({"math", {1, 0}});
     return sp;
   }
 
@@ -219,9 +240,12 @@ class SoftmaxTemplate : public Template {
     const RowGeom r = gr.value();
     const bool log = c.op == OpId::kLogSoftmax || c.op == OpId::kLogSoftmaxBackward;
     const std::string entry = std::string(log ? "kc_log_softmax" : "kc_softmax") + (backward_ ? "_backward" : "");
-    std::string src = "// kernelcraft " + std::string(name()) + " " + entry + " " + dtype_name(x->dtype) + "\n" +
-                      dtype_prelude(x->dtype) + row_consts(r) + "constexpr bool LOG = " + (log ? "true" : "false") +
-                      ", ONLINE = " + (!backward_ && k["online"] ? "true" : "false") + ";\n" + kGroupHelpers +
+    const bool fast = k.count("math") && k.at("math") == 1;
+    std::string src = "// kernelcraft " + std::string(name()) + " " + entry + " " + dtype_name(x->dtype) +
+                      (fast ? " fast math" : "") + "\n" + dtype_prelude(x->dtype) + row_consts(r) +
+                      "constexpr bool LOG = " + (log ? "true" : "false") + ", ONLINE = " +
+                      (!backward_ && k["online"] ? "true" : "false") + ";\n" + kGroupHelpers +
+                      (backward_ ? "" : fast ? kSoftmaxFast : kSoftmaxPrecise) +
                       with_entry(backward_ ? kSoftmaxBackBody : kSoftmaxBody, entry);
     const std::string xn = backward_ ? "grad_output" : "self";
     const std::string rows = "numel(" + xn + ") / size(" + xn + ", -1)";

@@ -80,6 +80,10 @@ TEST_F(Gpu, Softmax) {
     cs.push_back({op, {3, 40000}, DType::kF32, kNone, 4, {{{"threads", 32}, {"regs", 0}, {"online", 1}}}});
     cs.push_back({op, {64, 200}, DType::kF16, kNone, 3});
     cs.push_back({op, {17, 1024}, DType::kBF16, kNone, 3});
+    // Fast math in 16 bits, with the row in registers, streamed, and online.
+    cs.push_back({op, {65, 1000}, DType::kF16, kNone, 2,
+                  {{{"math", 1}, {"regs", 1}}, {{"math", 1}, {"regs", 0}}, {{"math", 1}, {"online", 1}}, {{"math", 0}}}});
+    cs.push_back({op, {9, 8192}, DType::kBF16, kNone, 2, {{{"math", 1}}, {{"math", 1}, {"threads", 1024}, {"regs", 0}}}});
   }
   run_all(*this, cs, 1e-5);
 }

@@ -56,6 +56,8 @@ std::vector<Case> cases() {
     v.push_back({op, {64, 128}, DType::kF16, none, 3});
     v.push_back({op, {3, 200}, DType::kBF16, none, 3});
   }
+  for (OpId op : {OpId::kSoftmax, OpId::kLogSoftmax})   // fast math, online and held in registers
+    v.push_back({op, {65, 1000}, DType::kF16, none, 0, {{{"math", 1}, {"online", 1}}, {{"math", 1}, {"online", 0}, {"regs", 1}}}});
   for (const json& a : {json{{"normalized_shape", {5}}}, json{{"normalized_shape", {5}}, {"affine", false}},
                         json{{"normalized_shape", {5}}, {"bias", false}}})
     v.push_back({OpId::kLayerNorm, {3, 5}, DType::kF32, a});

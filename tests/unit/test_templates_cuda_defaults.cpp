@@ -241,7 +241,7 @@ TEST(TemplatesCuda, KlDivDefaultsAndLaunches) {
 // cuda.unary: fast math is offered, and first, only for 16-bit data and only for ops with a fast
 // body; fp32 renders never carry an approximate intrinsic, and the precise 16-bit body stays
 // reachable.
-TEST(TemplatesCuda, UnaryFastMathOnlyForHalves) {
+TEST(TemplatesCuda, FastMathOnlyForHalves) {
   auto knob_values = [](const Template* t, const OpCall& c) {
     for (const auto& d : t->space(c))
       if (d.name == "math") return d.values;
@@ -266,6 +266,22 @@ TEST(TemplatesCuda, UnaryFastMathOnlyForHalves) {
   EXPECT_TRUE(knob_values(cuda_template_for(relu), relu).empty()) << "no transcendental, no fast body";
   OpCall gelu_bwd = call_of({OpId::kGeluBackward, {4096}, DType::kBF16, json::object()});
   EXPECT_TRUE(knob_values(cuda_template_for(gelu_bwd), gelu_bwd).empty()) << "erf gelu's backward keeps erff";
+  // Softmax's exp and division: fast by default in 16 bits, never offered in fp32 or backward.
+  for (OpId op : {OpId::kSoftmax, OpId::kLogSoftmax, OpId::kSoftmaxBackward})
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      OpCall c = call_of({op, {64, 1024}, dt, json::object()});
+      const Template* t = cuda_template_for(c);
+      ASSERT_NE(t, nullptr);
+      const bool offered = dt != DType::kF32 && op != OpId::kSoftmaxBackward;
+      EXPECT_EQ(knob_values(t, c), offered ? std::vector<int64_t>({1, 0}) : std::vector<int64_t>{}) << op_info(op).name;
+      auto def = t->render(c, {});
+      ASSERT_TRUE(def.is_ok()) << def.status().to_string();
+      EXPECT_EQ(def->source.find("__expf") != std::string::npos, offered) << op_info(op).name << " " << dtype_name(dt);
+      if (!offered) continue;
+      auto precise = t->render(c, {{"math", 0}});
+      ASSERT_TRUE(precise.is_ok());
+      for (const char* fast : {"__expf", "__fdividef"}) EXPECT_EQ(precise->source.find(fast), std::string::npos);
+    }
 }
 
 }  // namespace
