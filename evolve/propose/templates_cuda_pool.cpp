@@ -139,16 +139,41 @@ __device__ __forceinline__ void kc_take(float& acc, long long& best, float val, 
 }
 )CU";
 
+// The row span of a thread's VPT consecutive windows in registers (REGS; the baked and strip
+// kernels): r[OFF + j] is input column c0 + j for j < SPAN, the reduction's identity outside the
+// row. The span is read from the column OFF before c0 in vectors of VL elements (knob `vl`): c0 is
+// oc * VPT * SW - PW, so with VPT * SW a multiple of VL every vector starts VL-aligned (the row
+// length too, and the input's start is 16-byte aligned), and a thread issues NSPAN / VL loads a
+// row instead of SPAN. A vector that is not wholly inside the row is read element by element.
+// VL 1 is the plain element-by-element span.
+const char* kPoolSpan = R"CU(
+struct alignas(sizeof(T) * VL) KcVl { T v[VL]; };
+__device__ __forceinline__ void kc_span(const T* __restrict__ rp, int IW, int c0, float* r) {
+  const float id = MAX ? -KC_INF : 0.f;
+#pragma unroll
+  for (int q = 0; q < NSPAN / VL; ++q) {
+    const int a = c0 - OFF + q * VL;
+    if (VL > 1 && a >= 0 && a + VL <= IW) {
+      const KcVl u = *reinterpret_cast<const KcVl*>(rp + a);
+#pragma unroll
+      for (int e = 0; e < VL; ++e) r[q * VL + e] = ld(u.v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VL; ++e) r[q * VL + e] = (unsigned)(a + e) < (unsigned)IW ? ld(rp[a + e]) : id;
+    }
+  }
+}
+)CU";
+
 const char* kPoolBakedKernel = R"CU(__device__ __forceinline__ void kc_row(const T* __restrict__ rp, long long base, int IW, int c0, const int* w0,
                                        const int* w1, float* acc, long long* best) {
   if constexpr (REGS) {
-    float r[SPAN];
-#pragma unroll
-    for (int j = 0; j < SPAN; ++j) r[j] = (unsigned)(c0 + j) < (unsigned)IW ? ld(rp[c0 + j]) : MAX ? -KC_INF : 0.f;
+    float r[NSPAN];
+    kc_span(rp, IW, c0, r);
 #pragma unroll
     for (int v = 0; v < VPT; ++v)
 #pragma unroll
-      for (int j = 0; j < KW; ++j) kc_take(acc[v], best[v], r[v * SW + j * DW], base + c0 + v * SW + j * DW);
+      for (int j = 0; j < KW; ++j) kc_take(acc[v], best[v], r[OFF + v * SW + j * DW], base + c0 + v * SW + j * DW);
   } else {
 #pragma unroll
     for (int v = 0; v < VPT; ++v)
@@ -215,6 +240,16 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
 }
 )CU";
 
+// The vector lengths (elements) a register span may load with: up to 16 bytes, dividing the input
+// row so that every row starts aligned. Just {1} where none fits.
+std::vector<int64_t> span_vectors(const OpCall& c, const PoolGeom& g) {
+  std::vector<int64_t> v = {1};
+  const int64_t bytes = c.inputs[0].dtype == DType::kF32 ? 4 : 2;
+  for (int64_t n = 2; n * bytes <= 16; n *= 2)
+    if (g.in[2] % n == 0) v.push_back(n);
+  return v;
+}
+
 // Registers the REGS row span may take (floats a thread).
 constexpr int64_t kMaxSpan = 32;
 
@@ -268,10 +303,32 @@ class PoolTemplate : public Template {
     const int64_t vdef = strip && g.out[2] >= 4 ? 4 : vpt.size() > 1 ? 2 : 1;
     std::vector<KnobDim> sp = {{"bake", {1, 0}}, {"threads", {256, 128, 512, 64, 1024}}, {"vpt", with_default(vpt, vdef)},
                                {"il", {1, 0}}};
-    sp.push_back({"regs", g.s[2] < row_span(g, 1) ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}});
+    // A register span is also offered where vector loads can fill it (`vl`, see kPoolSpan): a
+    // stride-2 window of 2 then reads its row's span in one 16-byte load per VPT outputs.
+    const std::vector<int64_t> vls = span_vectors(c, g);
+    const bool regs = g.s[2] < row_span(g, 1) || vls.size() > 1;
+    sp.push_back({"regs", regs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}});
+    if (vls.size() > 1) sp.push_back({"vl", vls});
     if (rows.size() > 1) sp.push_back({"rows", with_default(rows, strip ? 4 : 1)});
     sp.push_back({"gs", {0, 1}});
     return sp;
+  }
+
+  // Vector-loaded register spans in the first generation (the default reads element by element):
+  // 4 outputs a thread (or fewer on a narrow output) in the widest vectors that start aligned, with
+  // the default strips and without.
+  std::vector<Knobs> seeds(const OpCall& c) const override {
+    PoolGeom g;
+    if (!handles(c, g) || !bakeable(g)) return {};
+    const int64_t vpt = g.out[2] >= 4 ? 4 : g.out[2] >= 2 ? 2 : 1;
+    int64_t vl = 1;
+    for (int64_t v : span_vectors(c, g))
+      if ((vpt * g.s[2]) % v == 0) vl = v;
+    if (vl == 1) return {};
+    Knobs k = {{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", vpt}, {"vl", vl}};
+    Knobs single = k;
+    single["rows"] = 1;
+    return {k, single};
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
@@ -287,10 +344,15 @@ class PoolTemplate : public Template {
     // and a single output have no layout, and a register span needs consecutive outputs.
     if (k.count("bake") && (!bake || k.at("vpt") == 1)) k["il"] = k["regs"] = 0;
     if (k.count("regs") && k.at("regs")) k["il"] = 0;
+    if (k.count("vl") && !(bake && k.at("regs"))) k["vl"] = 1;
     if (k.count("rows") && !bake) k["rows"] = 1;
     const int64_t nt = k.at("threads"), vpt = k.at("vpt"), rows = k.count("rows") ? k.at("rows") : 1;
-    if (bake && k.at("regs") && row_span(g, vpt) > kMaxSpan)
-      return unsupported("a row span of " + S(row_span(g, vpt)) + " inputs does not fit the registers");
+    const int64_t vl = k.count("vl") ? k.at("vl") : 1;
+    if (vl > 1 && (vpt * g.s[2]) % vl != 0)
+      return unsupported("vectors of " + S(vl) + " do not start aligned when a thread's outputs span " + S(vpt * g.s[2]));
+    const int64_t off = (vl - g.p[2] % vl) % vl, nspan = (off + row_span(g, vpt) + vl - 1) / vl * vl;
+    if (bake && k.at("regs") && nspan > kMaxSpan)
+      return unsupported("a row span of " + S(nspan) + " inputs does not fit the registers");
     const bool gs = k.at("gs") != 0, mx = g.max;
     const int64_t items = g.planes * g.out[0] * cdiv(g.out[1], rows) * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
@@ -303,7 +365,7 @@ class PoolTemplate : public Template {
                       (g.indices ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
                       (g.adaptive ? kAdaptiveWin : kPoolWin) +
-                      (bake ? kPoolTake : "") + with_entry(rows > 1 ? pool_strip_kernel() : bake ? kPoolBakedKernel : kPoolKernel, entry);
+                      (bake ? std::string(kPoolTake) + kPoolSpan : "") + with_entry(rows > 1 ? pool_strip_kernel() : bake ? kPoolBakedKernel : kPoolKernel, entry);
     const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
                                            S(rows) + ") * ceil_div(size(out0, -1), " + S(vpt) + ")"
                                      : "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
@@ -321,7 +383,8 @@ class PoolTemplate : public Template {
       s += std::string("constexpr int ") + n + "T = " + S(v[0]) + ", " + n + "H = " + S(v[1]) + ", " + n + "W = " + S(v[2]) + ";\n";
     return s + "constexpr int DIVISOR = " + S(g.divisor) + ", INCLUDE_PAD = " + (g.count_include_pad ? "1" : "0") +
            ";\nconstexpr bool IL = " + (k.at("il") ? "true" : "false") + ", REGS = " + (k.at("regs") ? "true" : "false") +
-           ";\nconstexpr int SPAN = (VPT - 1) * SW + (KW - 1) * DW + 1;\n";
+           ";\nconstexpr int VL = " + S(k.count("vl") ? k.at("vl") : 1) +
+           ", SPAN = (VPT - 1) * SW + (KW - 1) * DW + 1, OFF = (VL - PW % VL) % VL, NSPAN = (OFF + SPAN + VL - 1) / VL * VL;\n";
   }
 
   // Outputs, input, rows, the input's and output's (t, h, w) sizes, and for the runtime kernel the

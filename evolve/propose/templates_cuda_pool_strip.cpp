@@ -16,7 +16,7 @@ namespace {
 // the lattice inside the input is inside the clipped window). Each output still takes its taps in
 // (t, h, w) order, so max's ties and NaNs and avg's fp32 sum are the other kernels' bit for bit.
 const char* const kPoolStripKernel = R"CU(
-constexpr int HSPAN = (ROWS - 1) * SH + (KH - 1) * DH + 1, NV = REGS ? SPAN : VPT * KW;
+constexpr int HSPAN = (ROWS - 1) * SH + (KH - 1) * DH + 1, NV = REGS ? NSPAN : VPT * KW;
 __device__ __forceinline__ constexpr bool kc_tap(int i, int r) {
   return i >= r * SH && (i - r * SH) % DH == 0 && (i - r * SH) / DH < KH;
 }
@@ -30,8 +30,7 @@ __device__ __forceinline__ constexpr bool kc_used(int i) {
 __device__ __forceinline__ void kc_load(const T* __restrict__ rp, int IW, int c0, const int* w0, const int* w1, float* r) {
   const float id = MAX ? -KC_INF : 0.f;
   if constexpr (REGS) {
-#pragma unroll
-    for (int j = 0; j < SPAN; ++j) r[j] = (unsigned)(c0 + j) < (unsigned)IW ? ld(rp[c0 + j]) : id;
+    kc_span(rp, IW, c0, r);
   } else {
 #pragma unroll
     for (int v = 0; v < VPT; ++v)
@@ -47,7 +46,7 @@ __device__ __forceinline__ void kc_apply(const float* r, long long base, int c0,
   for (int v = 0; v < VPT; ++v)
 #pragma unroll
     for (int j = 0; j < KW; ++j)
-      if constexpr (REGS) kc_take(acc[v], best[v], r[v * SW + j * DW], base + c0 + v * SW + j * DW);
+      if constexpr (REGS) kc_take(acc[v], best[v], r[OFF + v * SW + j * DW], base + c0 + v * SW + j * DW);
       else kc_take(acc[v], best[v], r[v * KW + j], base + w0[v] + j * DW);
 }
 extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
@@ -55,8 +54,17 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
   const long long owc = (OW + VPT - 1) / VPT, ohc = (OH + ROWS - 1) / ROWS, total = rows / OH * ohc * owc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
   for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    const long long r1 = it / owc, pt = r1 / ohc, plane = pt / OT;   // pt: the (plane, t) of the strip
-    const int oc = (int)(it - r1 * owc), oh0 = (int)(r1 - pt * ohc) * ROWS, ot = (int)(pt - plane * OT);
+    long long pt, plane;   // pt: the (plane, t) of the strip
+    int oc, oh0, ot;
+    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (a 64-bit one is a long call)
+      const unsigned u = (unsigned)it, q1 = u / (unsigned)owc, q2 = q1 / (unsigned)ohc, q3 = q2 / (unsigned)OT;
+      oc = (int)(u - q1 * (unsigned)owc); oh0 = (int)(q1 - q2 * (unsigned)ohc) * ROWS; ot = (int)(q2 - q3 * (unsigned)OT);
+      pt = q2; plane = q3;
+    } else {
+      const long long r1 = it / owc;
+      pt = r1 / ohc; plane = pt / OT;
+      oc = (int)(it - r1 * owc); oh0 = (int)(r1 - pt * ohc) * ROWS; ot = (int)(pt - plane * OT);
+    }
     const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
     int t0, t1, tn, h0[ROWS], h1[ROWS], hn[ROWS], ow[VPT], w0[VPT], w1[VPT], wn[VPT];
     kc_win(ot, ST, PT, KT, DT, IT, t0, t1, tn);

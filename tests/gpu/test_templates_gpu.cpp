@@ -173,6 +173,20 @@ TEST_F(Gpu, Pool) {
   cs.push_back({OpId::kMaxPool2d, {2, 2, 11, 13}, DType::kF16,
                 {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}, 4, layouts});
   cs.push_back({OpId::kMaxPool3d, {2, 2, 7, 9, 10}, DType::kBF16, m3, 4, layouts});
+  // Register spans read in vectors (vl), aligned or not (padding 1 starts them 1 early), with and
+  // without strips, at partial last vectors and rows: rows of 16, 12 and 24 columns.
+  const std::vector<Knobs> vectors = {{{"regs", 1}, {"vpt", 4}, {"vl", 8}}, {{"regs", 1}, {"vpt", 2}, {"vl", 4}},
+                                      {{"regs", 1}, {"vpt", 4}, {"vl", 8}, {"rows", 4}}, {{"regs", 1}, {"vpt", 4}, {"vl", 2}, {"gs", 1}}};
+  cs.push_back({OpId::kMaxPool3dValues, {2, 3, 6, 10, 16}, DType::kBF16, m2, 2, vectors});
+  cs.push_back({OpId::kMaxPool2d, {2, 3, 11, 16}, DType::kBF16, a3, 2, vectors});
+  const std::vector<Knobs> vectors_s1 = {{{"regs", 1}, {"vpt", 8}, {"vl", 8}}, {{"regs", 1}, {"vpt", 4}, {"vl", 4}, {"rows", 4}},
+                                         {{"regs", 1}, {"vpt", 2}, {"vl", 2}, {"rows", 2}}};
+  cs.push_back({OpId::kAvgPool2d, {2, 3, 9, 16}, DType::kF16, a2, 2, vectors_s1});
+  cs.push_back({OpId::kMaxPool2dValues, {2, 3, 10, 24}, DType::kBF16, {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}}, 2,
+                vectors_s1});
+  cs.push_back({OpId::kAvgPool2d, {2, 3, 9, 12}, DType::kF32, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+                                                                {"count_include_pad", false}}, 2,
+                {{{"regs", 1}, {"vpt", 2}, {"vl", 4}}, {{"regs", 1}, {"vpt", 4}, {"vl", 4}, {"rows", 4}}}});
   // The values alone: the same kernels without the index output.
   cs.push_back({OpId::kMaxPool2dValues, {2, 2, 11, 13}, DType::kF16,
                 {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}, {"dilation", 2}, {"ceil_mode", true}}, 4, layouts});

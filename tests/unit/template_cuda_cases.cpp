@@ -136,7 +136,12 @@ std::vector<Case> cases() {
                {{{"rows", 4}}, {{"rows", 4}, {"vpt", 4}, {"regs", 1}}}});
   v.push_back({OpId::kMaxPool2dValues, {16, 32, 256, 256}, DType::kF32, {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}}, 2,
                {{{"rows", 4}}, {{"bake", 0}}, {{"vpt", 4}, {"regs", 1}}}});
-  v.push_back({OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, DType::kBF16, {{"kernel_size", 2}, {"stride", 2}}, 2});
+  v.push_back({OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, DType::kBF16, {{"kernel_size", 2}, {"stride", 2}}, 2,
+               {{{"regs", 1}, {"vpt", 4}, {"vl", 8}}, {{"regs", 1}, {"vpt", 2}, {"vl", 4}}}});
+  v.push_back({OpId::kMaxPool2dValues, {2, 3, 11, 16}, DType::kBF16, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, 0,
+               {{{"regs", 1}, {"vpt", 4}, {"vl", 8}, {"rows", 4}}, {{"regs", 1}, {"vpt", 4}, {"vl", 8}, {"rows", 1}}}});
+  v.push_back({OpId::kAvgPool2d, {2, 3, 9, 12}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 0,
+               {{{"regs", 1}, {"vpt", 4}, {"vl", 4}, {"rows", 4}}}});
   v.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, DType::kF16, {{"kernel_size", 2}, {"stride", 2}}, 3,
                {{{"il", 0}}, {{"vpt", 8}}}});
   v.push_back({OpId::kMaxPool2d, {3, 7, 9}, DType::kF32, {{"kernel_size", {3, 2}}, {"padding", 1}, {"ceil_mode", true}}, 2,

@@ -3,6 +3,8 @@
 // geometry and launches): the rendered knobs and launch specs, without a GPU.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <string>
 #include <vector>
 
@@ -27,7 +29,7 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_NE(t, nullptr);
   auto def = t->render(c, {});
   ASSERT_TRUE(def.is_ok()) << def.status().to_string();
-  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"threads", 256}, {"vpt", 2}}));
+  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"threads", 256}, {"vl", 1}, {"vpt", 2}}));
   EXPECT_NE(def->source.find("constexpr int KT = 3, KH = 3, KW = 3;"), std::string::npos);
   EXPECT_NE(def->source.find("constexpr int DT = 3, DH = 3, DW = 3;"), std::string::npos);
   // Outputs, input, rows and six sizes; the runtime kernel adds 12 window values, divisor, pad flag.
@@ -75,6 +77,29 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_FALSE(too_wide.is_ok());
   EXPECT_EQ(too_wide.status().code(), Code::kUnsupported);
   EXPECT_TRUE(t->render(wide, {{"regs", 1}, {"vpt", 2}}).is_ok());
+
+  // Vector-loaded spans: offered where the input row divides into vectors of up to 16 bytes (a
+  // 2x2 stride-2 window, which has no span otherwise, too); only with a register span; refused
+  // where a thread's first column is not vector-aligned; seeded in the first generation.
+  OpCall v3 = call_of({OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, DType::kBF16, {{"kernel_size", 2}, {"stride", 2}}});
+  std::map<std::string, std::vector<int64_t>> dims;
+  for (const auto& d : t->space(v3)) dims[d.name] = d.values;
+  EXPECT_EQ(dims["vl"], (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(dims["regs"], (std::vector<int64_t>{0, 1}));
+  auto vec = t->render(v3, {{"regs", 1}, {"vpt", 4}, {"vl", 8}});
+  ASSERT_TRUE(vec.is_ok()) << vec.status().to_string();
+  EXPECT_NE(vec->source.find("constexpr int VL = 8,"), std::string::npos);
+  EXPECT_EQ(t->render(v3, {{"regs", 0}, {"vl", 8}})->knobs.at("vl"), 1);
+  auto odd = t->render(v3, {{"regs", 1}, {"vpt", 2}, {"vl", 8}});   // 2 outputs span 4 columns
+  ASSERT_FALSE(odd.is_ok());
+  EXPECT_EQ(odd.status().code(), Code::kUnsupported);
+  auto seeds = t->seeds(v3);
+  ASSERT_FALSE(seeds.empty());
+  EXPECT_EQ(seeds[0].at("vl"), 8);
+  EXPECT_EQ(seeds[0].at("vpt"), 4);
+  OpCall narrow = call_of({OpId::kMaxPool2d, {1, 1, 5, 7}, DType::kF32, {{"kernel_size", 2}, {"stride", 2}}});
+  for (const auto& d : t->space(narrow)) EXPECT_NE(d.name, "vl");   // 7 columns: no vector divides them
+  EXPECT_TRUE(t->seeds(narrow).empty());
 
   OpCall ad = call_of({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}});
   for (const auto& d : t->space(ad)) EXPECT_TRUE(d.name != "bake" && d.name != "il" && d.name != "regs" && d.name != "rows") << d.name;
