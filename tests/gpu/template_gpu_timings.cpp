@@ -78,18 +78,28 @@ TEST_F(Gpu, TimingsPoolVar) {
   const json s1 = {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, stem = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
   const json k4 = {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}};
   const double a2 = 16.0 * 64 * 256 * 256, r = 16.0 * 4096 * 1023;
+  // Register spans read in vectors of 4 (fp32) or 8 (16-bit) elements; the other renders are
+  // unsupported in that dtype and skipped.
+  const Knobs v4 = {{"regs", 1}, {"vpt", 4}, {"vl", 4}}, v8 = {{"regs", 1}, {"vpt", 8}, {"vl", 8}},
+              w8 = {{"regs", 1}, {"vpt", 4}, {"vl", 8}};
+  auto with = [](Knobs k, int64_t rows) { k["rows"] = rows; return k; };
   const std::vector<T> ts = {
       {OpId::kAvgPool2d, {16, 64, 256, 256}, s1,
        {{}, {{"vpt", 2}, {"regs", 1}}, {{"rows", 2}}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}, {{"rows", 4}, {"vpt", 1}},
-        {{"rows", 4}, {"threads", 128}}}, a2, a2},
-      {OpId::kMaxPool2d, {32, 64, 112, 112}, stem, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}, {{"rows", 4}, {"vpt", 4}}},
+        {{"rows", 4}, {"threads", 128}}, with(v4, 4), with(v8, 4), with(v4, 1)}, a2, a2},
+      {OpId::kMaxPool2d, {32, 64, 112, 112}, stem,
+       {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}, {{"rows", 4}, {"vpt", 4}}, with(v4, 1), with(w8, 1), with(w8, 4)},
        32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
       {OpId::kMaxPool2d, {16, 32, 256, 256}, k4, {{}, {{"rows", 2}}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}},
        16.0 * 32 * 256 * 256, 16.0 * 32 * 255 * 255},
       // The values alone (no index output), as aten::max_pool2d is served when no gradient is wanted.
-      {OpId::kMaxPool2dValues, {32, 64, 112, 112}, stem, {{}, {{"rows", 4}}}, 32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
-      {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}}, 16.0 * 32 * 256 * 256,
-       16.0 * 32 * 255 * 255},
+      {OpId::kMaxPool2dValues, {32, 64, 112, 112}, stem, {{}, {{"rows", 4}}, with(v4, 1), with(w8, 1), with(w8, 4)},
+       32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
+      {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}, with(v4, 4), with(v8, 4)},
+       16.0 * 32 * 256 * 256, 16.0 * 32 * 255 * 255},
+      // 3D video's 2x2x2 stride 2: no span without vectors (the windows do not overlap).
+      {OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, {{"kernel_size", 2}, {"stride", 2}}, {{}, v4, w8, {{"vpt", 4}}},
+       8.0 * 64 * 16 * 112 * 112, 8.0 * 64 * 8 * 56 * 56},
       {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}}, r, 2 * 16.0 * 4096},
       // Two runs (batch-norm statistics): rows of 3136 folded by a warp, a block, a big block.
       {OpId::kVarMean, {32, 256, 56, 56}, {{"dim", {0, 2, 3}}},
