@@ -1,8 +1,8 @@
 // Embedding backward in the CUDA template GPU tests: indices with hot rows (long buckets) and
 // padding_idx, the fp64 reference (each row the sum of its positions' grad rows, scale
 // (1 + sqrt(count)) times their magnitudes: fp32 sums in position order) and the cases: GPT-2's
-// vocabulary per dtype, int32 indices, three radix passes, scale_grad_by_freq. run_all also
-// checks two runs give the same bytes. Skips without a device.
+// vocabulary per dtype, int32 indices, three radix passes, scale_grad_by_freq, float atomics.
+// run_all also checks two runs give the same bytes (but for the atomics). Skips without a device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -71,6 +71,11 @@ TEST_F(Gpu, EmbeddingBackward) {
   cs.push_back({op, {3, 11, 7}, DType::kF32, {{"num_weights", 300000}, {"padding_idx", 5}, {"scale_grad_by_freq", true}}, 1});
   cs.push_back({op, {700, 64}, DType::kF32, {{"num_weights", 6}, {"padding_idx", 1}, {"scale_grad_by_freq", true}}, 2,
                 {{{"sort_threads", 128}}}});
+  // Float atomics: hot rows (a quarter of the positions on 4 rows), padding_idx, int32 indices,
+  // a row not a multiple of 4 (vec 1).
+  cs.push_back({op, {8192, 768}, DType::kF32, gpt2, 0, {{{"atomic", 1}}, {{"atomic", 1}, {"rows", 1}, {"vec", 2}}}});
+  cs.push_back({op, {3, 700, 67}, DType::kF32, {{"num_weights", 1000}, {"padding_idx", 2}, {"index_dtype", "i32"}}, 0,
+                {{{"atomic", 1}}}});
   run_all(*this, cs, 1e-6, Rounding::kOnce);
 }
 

@@ -105,6 +105,32 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   for (const auto& d : t->space(ad)) EXPECT_TRUE(d.name != "bake" && d.name != "il" && d.name != "regs" && d.name != "rows") << d.name;
 }
 
+// Embedding backward's float atomics: offered for fp32 without scale_grad_by_freq only, seeded
+// (the default stays the deterministic sort), two launches and no scratch, the sort's knobs fixed.
+TEST(TemplatesCuda, EmbeddingBackwardAtomicsOnlyForFp32) {
+  const json gpt2 = {{"num_weights", 50257}};
+  OpCall f = call_of({OpId::kEmbeddingBackward, {8192, 768}, DType::kF32, gpt2});
+  const Template* t = cuda_template_for(f);
+  ASSERT_NE(t, nullptr);
+  auto def = t->render(f, {});
+  ASSERT_TRUE(def.is_ok());
+  EXPECT_EQ(def->knobs.at("atomic"), 0);
+  EXPECT_EQ(def->source.find("atomicAdd(orow"), std::string::npos);
+  ASSERT_EQ(t->seeds(f).size(), 1u);
+  auto at = t->render(f, t->seeds(f)[0]);
+  ASSERT_TRUE(at.is_ok()) << at.status().to_string();
+  EXPECT_NE(at->source.find("atomicAdd(orow"), std::string::npos);
+  EXPECT_EQ(at->launch["launches"].size(), 2u);
+  EXPECT_FALSE(at->launch.contains("scratch"));
+  EXPECT_EQ(at->id(), t->render(f, {{"atomic", 1}, {"chunk", 16}, {"sort_threads", 128}, {"items", 4}})->id());
+  for (const auto& [dt, args] : std::vector<std::pair<DType, json>>{
+           {DType::kBF16, gpt2}, {DType::kF16, gpt2}, {DType::kF32, {{"num_weights", 50257}, {"scale_grad_by_freq", true}}}}) {
+    OpCall c = call_of({OpId::kEmbeddingBackward, {8192, 768}, dt, args});
+    for (const auto& d : t->space(c)) EXPECT_NE(d.name, "atomic") << dtype_name(dt) << args.dump();
+    EXPECT_TRUE(t->seeds(c).empty());
+  }
+}
+
 // Layer norm in halves: 8 halves (16 bytes) a vector load where the row allows, statistics in
 // fp32; fp32 renders keep their element type (no 16-bit wrapper); 8-wide column sums over 32 row
 // groups would need 64 KiB of static shared memory and are refused.
