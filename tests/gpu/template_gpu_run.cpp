@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -21,6 +22,7 @@
 #include "runtime/cuda_backend.h"
 #include "runtime/launch_spec.h"
 #include "runtime/timing.h"
+#include "tests/gpu/template_emu.h"
 #include "tests/gpu/template_gpu_reference.h"
 #include "tests/gpu/template_gpu_run.h"
 
@@ -69,9 +71,10 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
   const Template* t = template_for(c);
   ASSERT_NE(t, nullptr) << describe(k);
   auto sp = t->space(c);
-  // KC_GPU_TEST_MAX_NUMEL skips big shapes (for runs under compute-sanitizer).
+  // KC_GPU_TEST_MAX_NUMEL skips big shapes (for runs under compute-sanitizer), as does the emulation.
   if (const char* mx = std::getenv("KC_GPU_TEST_MAX_NUMEL"))
     if (c.inputs[0].numel() > std::atoll(mx)) return;
+  if (g.max_numel >= 0 && c.inputs[0].numel() > g.max_numel) return;
 
   // Knob settings: defaults, the extra ones, then random ones (deterministic).
   std::vector<Knobs> settings = {Knobs{}};
@@ -140,15 +143,15 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
     }
     Host h{tm.dtype, to_memory(tm, v)};
     in_bytes.push_back(h.bytes());
-    tensor_ptrs[i] = g.alloc(in_bytes.back().size());
-    ASSERT_EQ(g.d->cuMemcpyHtoD(tensor_ptrs[i], in_bytes.back().data(), in_bytes.back().size()), CUDA_SUCCESS);
+    tensor_ptrs[i] = g.buffer(in_bytes.back().size());
+    g.upload(tensor_ptrs[i], in_bytes.back());
     in[tm.name] = std::move(v);
   }
   std::vector<size_t> out_bytes(c.outputs.size(), 0);
   for (size_t o = 0; o < c.outputs.size(); ++o) {
     if (!c.outputs[o].defined) continue;
     out_bytes[o] = c.outputs[o].numel() * dtype_size(c.outputs[o].dtype);
-    tensor_ptrs[c.inputs.size() + o] = g.alloc(out_bytes[o]);
+    tensor_ptrs[c.inputs.size() + o] = g.buffer(out_bytes[o]);
   }
   const std::vector<Expect> want = reference(c, in);
   // Output rounding of halves: relative, and absolute in f16's subnormal range (Rounding).
@@ -162,6 +165,10 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
   for (size_t ci = 0; ci < cands.size(); ++ci) {
     const Candidate& cand = cands[ci];
     const std::string where = describe(k) + " " + cand.id();
+    if (!bins[ci].is_ok() && bins[ci].status().code() == Code::kUnsupported) {   // not emulatable
+      ++counts.unsupported;
+      continue;
+    }
     ASSERT_TRUE(bins[ci].is_ok()) << where << ": " << bins[ci].status().to_string();
     auto spec = parse_launch_spec(cand.launch);
     ASSERT_TRUE(spec.is_ok()) << where;
@@ -173,7 +180,7 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
     for (CUdeviceptr p : tensor_ptrs) ptrs.push_back(reinterpret_cast<void*>(p));
     std::vector<CUdeviceptr> scratch;
     for (int64_t bytes : rs->scratch_bytes) {
-      scratch.push_back(g.alloc(bytes));
+      scratch.push_back(g.buffer(bytes));
       ptrs.push_back(reinterpret_cast<void*>(scratch.back()));
     }
     std::vector<std::string> first(c.outputs.size());
@@ -184,15 +191,16 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
       // Poison outputs and scratch (0xff bytes: NaN in every float type).
       for (size_t o = 0; o < c.outputs.size(); ++o) {
         if (!out_bytes[o]) continue;
-        ASSERT_EQ(g.d->cuMemsetD8Async(tensor_ptrs[c.inputs.size() + o], 0xff, out_bytes[o], g.stream), CUDA_SUCCESS);
+        g.fill(tensor_ptrs[c.inputs.size() + o], 0xff, out_bytes[o]);
       }
       for (size_t s = 0; s < scratch.size(); ++s)
-        ASSERT_EQ(g.d->cuMemsetD8Async(scratch[s], 0xff, rs->scratch_bytes[s], g.stream), CUDA_SUCCESS);
+        g.fill(scratch[s], 0xff, rs->scratch_bytes[s]);
       ExecContext ctx;
       ctx.stream = g.stream;
       Status st = l.value()->run(ptrs.data(), ctx);
       ASSERT_TRUE(st.is_ok()) << where << ": " << st.to_string();
-      ASSERT_EQ(g.d->cuStreamSynchronize(g.stream), CUDA_SUCCESS) << where;
+      g.finish();
+      ASSERT_FALSE(::testing::Test::HasFatalFailure()) << where;
       for (size_t o = 0; o < c.outputs.size(); ++o) {
         if (!out_bytes[o]) continue;
         std::string got = g.download(tensor_ptrs[c.inputs.size() + o], out_bytes[o]);
@@ -251,6 +259,16 @@ void Gpu::SetUp() {
   acquire(be.value());
 }
 
+void Gpu::upload(CUdeviceptr p, const std::string& bytes) {
+  ASSERT_EQ(d->cuMemcpyHtoD(p, bytes.data(), bytes.size()), CUDA_SUCCESS);
+}
+
+void Gpu::fill(CUdeviceptr p, unsigned char byte, size_t bytes) {
+  ASSERT_EQ(d->cuMemsetD8Async(p, byte, bytes, stream), CUDA_SUCCESS);
+}
+
+void Gpu::finish() { ASSERT_EQ(d->cuStreamSynchronize(stream), CUDA_SUCCESS); }
+
 std::string Gpu::download(CUdeviceptr p, size_t bytes) {
   std::string h(bytes, '\0');
   if (bytes) {
@@ -259,6 +277,28 @@ std::string Gpu::download(CUdeviceptr p, size_t bytes) {
   return h;
 }
 
+void Emulated::SetUp() {
+  b = &emu_backend();
+  max_numel = 1 << 16;   // one host thread runs every CUDA thread
+}
+
+void Emulated::TearDown() {
+  for (void* p : host) std::free(p);
+}
+
+// 256-byte aligned, like cuMemAlloc's, so the kernels' vector loads see the alignment they would.
+CUdeviceptr Emulated::buffer(size_t bytes) {
+  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 16) + 255) / 256 * 256);
+  host.push_back(p);
+  return reinterpret_cast<CUdeviceptr>(p);
+}
+
+void Emulated::upload(CUdeviceptr p, const std::string& bytes) { std::memcpy(reinterpret_cast<void*>(p), bytes.data(), bytes.size()); }
+
+void Emulated::fill(CUdeviceptr p, unsigned char byte, size_t bytes) { std::memset(reinterpret_cast<void*>(p), byte, bytes); }
+
+std::string Emulated::download(CUdeviceptr p, size_t bytes) { return std::string(reinterpret_cast<const char*>(p), bytes); }
+
 std::string describe(const Case& k) {
   std::string s = op_info(k.op).name;
   s += "[";
@@ -266,13 +306,14 @@ std::string describe(const Case& k) {
   return s + "]" + dtype_name(k.dt) + (k.args.empty() ? "" : k.args.dump());
 }
 
-void run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding) {
+int run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding) {
   Counts n;
   for (const Case& k : cs) {
     run_case(g, k, n, rtol, rounding);
-    if (::testing::Test::HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return n.candidates;
   }
   std::printf("%d candidates checked (%d settings kUnsupported)\n", n.candidates, n.unsupported);
+  return n.candidates;
 }
 
 void time_candidates(Gpu& g, const OpCall& c, const std::vector<Knobs>& knobs, double budget_ms, std::vector<Timed>& out) {

@@ -1,7 +1,7 @@
 // The runner of the CUDA template GPU tests (template_gpu_run.cpp), shared by the test files of
-// kc_template_gpu_tests: the fixture (skips without a device), a case (op, shape, dtype, arguments, knob
-// samples) and run_all, which checks every sampled candidate of each case against the fp64
-// references (template_gpu_reference.h).
+// kc_template_gpu_tests: the fixtures (Gpu skips without a device; Emulated runs what it can on
+// the host), a case (op, shape, dtype, arguments, knob samples) and run_all, which checks every
+// sampled candidate of each case against the fp64 references (template_gpu_reference.h).
 #pragma once
 #include <string>
 #include <vector>
@@ -13,9 +13,29 @@
 
 namespace kc::evolve::gpu_run {
 
+// The device a case runs on: the GPU (skips without one) or, for Emulated, the host emulation
+// (template_emu.h). run_all goes through these, and b (the backend), only.
 struct Gpu : GpuFixture {
   void SetUp() override;
-  std::string download(CUdeviceptr p, size_t bytes);
+  virtual CUdeviceptr buffer(size_t bytes) { return alloc(bytes); }
+  virtual void upload(CUdeviceptr p, const std::string& bytes);
+  virtual void fill(CUdeviceptr p, unsigned char byte, size_t bytes);
+  virtual void finish();   // waits for the launches
+  virtual std::string download(CUdeviceptr p, size_t bytes);
+  int64_t max_numel = -1;  // cases whose first input is larger are skipped (-1: none)
+};
+
+// The same cases without a GPU: candidates whose sources can be emulated (template_emu.h) run on
+// the host, one thread at a time, at shapes up to max_numel; the others are counted unsupported.
+struct Emulated : Gpu {
+  void SetUp() override;
+  void TearDown() override;
+  CUdeviceptr buffer(size_t bytes) override;
+  void upload(CUdeviceptr p, const std::string& bytes) override;
+  void fill(CUdeviceptr p, unsigned char byte, size_t bytes) override;
+  void finish() override {}
+  std::string download(CUdeviceptr p, size_t bytes) override;
+  std::vector<void*> host;
 };
 
 struct Case {
@@ -34,7 +54,8 @@ std::string describe(const Case& k);
 // rounding of an fp32 result costs (fp32 outputs of a half call get none).
 enum class Rounding { kUlp, kOnce };
 
-void run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding = Rounding::kUlp);
+// Returns how many candidates were checked (kUnsupported settings and sources not counted).
+int run_all(Gpu& g, const std::vector<Case>& cs, double rtol, Rounding rounding = Rounding::kUlp);
 
 // One timed candidate: its id and its median (runtime/timing.h: L2 flushed, events).
 struct Timed {

@@ -1,6 +1,9 @@
 // CUDA op-family templates on a real GPU: a sample of knob settings of every family at several
 // shapes (odd sizes, rows not a multiple of 32, channels-last, reduced precision) against fp64
-// references, through the runner of template_gpu_run.h. Skips without a device. The layer norm
+// references, through the runner of template_gpu_run.h. Skips without a device. The families whose
+// kernels keep their threads apart (activations, pooling and its backward, the losses' backward,
+// scans) run the same cases on the host too (Emulated, template_emu.h), at the smaller shapes and
+// without 16-bit halves' inline PTX: the CPU-only CI checks their logic there. The layer norm
 // cases are in template_gpu_layer_norm.cpp, the composites and backward families in their own
 // template_gpu_*.cpp, the timings in template_gpu_timings.cpp.
 #include <gtest/gtest.h>
@@ -17,12 +20,13 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::run_all;
 
 const json kNone = json::object();
 
-TEST_F(Gpu, Unary) {
+std::vector<Case> unary_cases() {
   std::vector<Case> cs;
   for (OpId op : {OpId::kRelu, OpId::kGelu, OpId::kSilu, OpId::kSigmoid, OpId::kTanh}) {
     cs.push_back({op, {1}, DType::kF32, kNone, 1});
@@ -44,10 +48,13 @@ TEST_F(Gpu, Unary) {
   cs.push_back({OpId::kElu, {4099}, DType::kF32, {{"alpha", 1.6732632423543772}, {"scale", 1.0507009873554805}}, 2});
   cs.push_back({OpId::kHardtanh, {4099}, DType::kF16, {{"min_val", 0}, {"max_val", 6}}, 2});
   cs.push_back({OpId::kSoftplus, {4099}, DType::kF32, {{"beta", 2.0}, {"threshold", 10.0}}, 2});
-  run_all(*this, cs, 2e-6);
+  return cs;
 }
 
-TEST_F(Gpu, UnaryBackward) {
+TEST_F(Gpu, Unary) { run_all(*this, unary_cases(), 2e-6); }
+TEST_F(Emulated, Unary) { EXPECT_GE(run_all(*this, unary_cases(), 2e-6), 40); }
+
+std::vector<Case> unary_backward_cases() {
   std::vector<Case> cs;
   for (OpId op : {OpId::kReluBackward, OpId::kGeluBackward, OpId::kSiluBackward, OpId::kSigmoidBackward,
                   OpId::kTanhBackward}) {
@@ -65,8 +72,11 @@ TEST_F(Gpu, UnaryBackward) {
     cs.push_back({op, {(1 << 20) + 3}, DType::kBF16, kNone, 2});
   }
   cs.push_back({OpId::kEluBackward, {1000}, DType::kF32, {{"is_result", true}}, 2});
-  run_all(*this, cs, 4e-6);
+  return cs;
 }
+
+TEST_F(Gpu, UnaryBackward) { run_all(*this, unary_backward_cases(), 4e-6); }
+TEST_F(Emulated, UnaryBackward) { EXPECT_GE(run_all(*this, unary_backward_cases(), 4e-6), 35); }
 
 TEST_F(Gpu, Softmax) {
   std::vector<Case> cs;
@@ -143,7 +153,7 @@ TEST_F(Gpu, BatchNorm) {
   run_all(*this, cs, 2e-5);
 }
 
-TEST_F(Gpu, Pool) {
+std::vector<Case> pool_cases() {
   std::vector<Case> cs;
   const json m3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"dilation", 3}};
   const json a3 = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
@@ -211,12 +221,15 @@ TEST_F(Gpu, Pool) {
                   {{{"threads", 32}, {"rows", 8}}, {{"threads", 64}}}});
   cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 33, 40}, DType::kF32, {{"output_size", 1}}, 4, {{{"threads", 1024}}}});
   cs.push_back({OpId::kAdaptiveAvgPool3d, {2, 4, 8, 16, 16}, DType::kBF16, {{"output_size", 1}}, 3});
-  run_all(*this, cs, 2e-5);
+  return cs;
 }
+
+TEST_F(Gpu, Pool) { run_all(*this, pool_cases(), 2e-5); }
+TEST_F(Emulated, Pool) { EXPECT_GE(run_all(*this, pool_cases(), 2e-5), 40); }
 
 // Pooling backward (a gather): the stem max pool (k3 s2 p1, overlapping), k2 s2, dilation, ceil
 // mode, count_include_pad off, divisor_override, adaptive; each dtype.
-TEST_F(Gpu, PoolBackward) {
+std::vector<Case> pool_backward_cases() {
   std::vector<Case> cs;
   const json stem = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -246,8 +259,11 @@ TEST_F(Gpu, PoolBackward) {
   cs.push_back({OpId::kAvgPool2dBackward, {2, 6, 9, 10}, DType::kF16, cl, 3});
   cs.push_back({OpId::kAdaptiveAvgPool2dBackward, {2, 8, 10, 7}, DType::kF32, {{"output_size", {3, 4}}, {"channels_last", true}}, 3});
   cs.push_back({OpId::kMaxPool3dBackward, {2, 8, 7, 9, 10}, DType::kF32, cl, 3});
-  run_all(*this, cs, 2e-5);
+  return cs;
 }
+
+TEST_F(Gpu, PoolBackward) { run_all(*this, pool_backward_cases(), 2e-5); }
+TEST_F(Emulated, PoolBackward) { EXPECT_GE(run_all(*this, pool_backward_cases(), 2e-5), 20); }
 
 // Losses: every reduction, odd sizes (vector tails), one block and many, weights, ignored targets,
 // 1d nll and nll2d, halves; the fused mean over 64 MiB and an LLM-vocabulary nll.
@@ -289,7 +305,7 @@ TEST_F(Gpu, BceWithLogits) {
 
 // Loss backward: every reduction, vector tails, weights, ignored targets, 1d nll, nll2d, halves;
 // smooth_l1 (beta 0: a sign, NaN at d = 0 as CUDA eager) and huber at their branch edges.
-TEST_F(Gpu, LossBackward) {
+std::vector<Case> loss_backward_cases() {
   std::vector<Case> cs;
   for (int64_t r : {0, 1, 2}) {
     const json red = {{"reduction", r}};
@@ -306,11 +322,14 @@ TEST_F(Gpu, LossBackward) {
     cs.push_back({OpId::kNllLossBackward, {7}, DType::kF32, {{"reduction", r}, {"weight", true}}, 1});
     cs.push_back({OpId::kNllLoss2dBackward, {2, 5, 7, 9}, DType::kF16, {{"reduction", r}, {"weight", r == 1}}, 2});
   }
-  run_all(*this, cs, 2e-5);
+  return cs;
 }
 
+TEST_F(Gpu, LossBackward) { run_all(*this, loss_backward_cases(), 2e-5); }
+TEST_F(Emulated, LossBackward) { EXPECT_GE(run_all(*this, loss_backward_cases(), 2e-5), 35); }
+
 // Times the default candidate (and a few split settings) of the shapes that matter most.
-TEST_F(Gpu, Scan) {
+std::vector<Case> scan_cases() {
   std::vector<Case> cs;
   for (OpId op : {OpId::kCumsum, OpId::kCumprod, OpId::kLogcumsumexp}) {
     cs.push_back({op, {1}, DType::kF32, {{"dim", 0}}, 1});
@@ -327,8 +346,11 @@ TEST_F(Gpu, Scan) {
     cs.push_back({op, {7, 3, 130}, DType::kBF16, {{"dim", 1}}, 3});
     cs.push_back({op, {64, 200}, DType::kF16, {{"dim", -1}}, 2});
   }
-  run_all(*this, cs, 2e-6);
+  return cs;
 }
+
+TEST_F(Gpu, Scan) { run_all(*this, scan_cases(), 2e-6); }
+TEST_F(Emulated, Scan) { EXPECT_GE(run_all(*this, scan_cases(), 2e-6), 12); }
 
 // Reductions: rows (odd and vector lengths, misaligned starts), columns (odd inner), few outputs (split by default),
 // every dim, keepdim over two dims, each dtype; the inputs hold ties, offsets, NaN and infinities
