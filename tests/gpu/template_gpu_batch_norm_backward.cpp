@@ -60,11 +60,12 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::Rounding;
 using gpu_run::run_all;
 
-TEST_F(Gpu, BatchNormBackward) {
+std::vector<Case> batch_norm_backward_cases() {
   const OpId op = OpId::kBatchNormBackward;
   const json train = {{"train", true}}, eval = {{"train", false}};
   std::vector<Case> cs;
@@ -81,8 +82,11 @@ TEST_F(Gpu, BatchNormBackward) {
   for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}, json{0, 1, 0}})
     for (bool tr : {true, false})
       cs.push_back({op, {4, 3, 33}, DType::kF32, {{"train", tr}, {"output_mask", mask}}, 2});
-  run_all(*this, cs, 2e-5, Rounding::kOnce);
+  return cs;
 }
+
+TEST_F(Gpu, BatchNormBackward) { run_all(*this, batch_norm_backward_cases(), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, BatchNormBackward) { EXPECT_GE(run_all(*this, batch_norm_backward_cases(), 2e-5, Rounding::kOnce), 9); }
 
 }  // namespace
 }  // namespace kc::evolve

@@ -179,6 +179,7 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::Rounding;
 using gpu_run::run_all;
@@ -208,8 +209,10 @@ std::vector<Case> ce_cases(OpId op) {
 }
 
 TEST_F(Gpu, CrossEntropy) { run_all(*this, ce_cases(OpId::kCrossEntropy), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, CrossEntropy) { EXPECT_GE(run_all(*this, ce_cases(OpId::kCrossEntropy), 2e-5, Rounding::kOnce), 10); }
 
 TEST_F(Gpu, CrossEntropyBackward) { run_all(*this, ce_cases(OpId::kCrossEntropyBackward), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, CrossEntropyBackward) { EXPECT_GE(run_all(*this, ce_cases(OpId::kCrossEntropyBackward), 2e-5, Rounding::kOnce), 10); }
 
 // The LLM shape (8192 rows of a 128256-token vocabulary, bf16): a few settings of each direction
 // timed on zeroed inputs, with the bandwidth of self read once (forward) or read and written

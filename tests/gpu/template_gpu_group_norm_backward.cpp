@@ -72,11 +72,12 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::Rounding;
 using gpu_run::run_all;
 
-TEST_F(Gpu, GroupNormBackward) {
+std::vector<Case> group_norm_backward_cases() {
   const OpId op = OpId::kGroupNormBackward;
   const json g8 = {{"group", 8}}, g32 = {{"group", 32}};
   std::vector<Case> cs;
@@ -93,8 +94,11 @@ TEST_F(Gpu, GroupNormBackward) {
   cs.push_back({op, {1, 4, 70001}, DType::kF32, {{"group", 2}}, 2, {{{"bpp", 64}}}});
   for (const json& mask : {json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}, json{0, 1, 0}})
     cs.push_back({op, {4, 6, 33}, DType::kF32, {{"group", 3}, {"output_mask", mask}}, 2});
-  run_all(*this, cs, 2e-5, Rounding::kOnce);
+  return cs;
 }
+
+TEST_F(Gpu, GroupNormBackward) { run_all(*this, group_norm_backward_cases(), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, GroupNormBackward) { EXPECT_GE(run_all(*this, group_norm_backward_cases(), 2e-5, Rounding::kOnce), 5); }
 
 }  // namespace
 }  // namespace kc::evolve

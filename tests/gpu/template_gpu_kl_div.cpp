@@ -86,6 +86,7 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::Rounding;
 using gpu_run::run_all;
@@ -106,8 +107,10 @@ std::vector<Case> kl_cases(OpId op) {
 }
 
 TEST_F(Gpu, KlDiv) { run_all(*this, kl_cases(OpId::kKlDiv), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, KlDiv) { EXPECT_GE(run_all(*this, kl_cases(OpId::kKlDiv), 2e-5, Rounding::kOnce), 14); }
 
 TEST_F(Gpu, KlDivBackward) { run_all(*this, kl_cases(OpId::kKlDivBackward), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, KlDivBackward) { EXPECT_GE(run_all(*this, kl_cases(OpId::kKlDivBackward), 2e-5, Rounding::kOnce), 14); }
 
 // Bandwidth at KernelBench's (32768, 4096), sum (batchmean), f32 and bf16: self and target read
 // once (forward) or target read and grad_self written (backward). Prints.

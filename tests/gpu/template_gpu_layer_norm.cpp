@@ -86,6 +86,7 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::Rounding;
 using gpu_run::run_all;
@@ -112,7 +113,7 @@ void halves(std::vector<Case>& cs, OpId op, DType dt) {
   cs.push_back({op, {3, 70000}, dt, {{"normalized_shape", {70000}}}, 1, {{{"split", 33}, {"vec", 8}}}});
 }
 
-TEST_F(Gpu, LayerNorm) {
+std::vector<Case> layer_norm_cases() {
   std::vector<Case> cs;
   for (const json& a : {json{{"normalized_shape", {5}}}, json{{"normalized_shape", {5}}, {"affine", false}},
                         json{{"normalized_shape", {5}}, {"bias", false}}})
@@ -128,10 +129,13 @@ TEST_F(Gpu, LayerNorm) {
   cs.push_back({OpId::kLayerNorm, {1, 64, 256, 256}, DType::kF32,
                 {{"normalized_shape", {64, 256, 256}}, {"affine", false}}, 1});
   for (DType dt : {DType::kBF16, DType::kF16}) halves(cs, OpId::kLayerNorm, dt);
-  run_all(*this, cs, 2e-5, Rounding::kOnce);
+  return cs;
 }
 
-TEST_F(Gpu, LayerNormBackward) {
+TEST_F(Gpu, LayerNorm) { run_all(*this, layer_norm_cases(), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, LayerNorm) { EXPECT_GE(run_all(*this, layer_norm_cases(), 2e-5, Rounding::kOnce), 7); }
+
+std::vector<Case> layer_norm_backward_cases() {
   std::vector<Case> cs;
   for (const json& mask : {json{1, 1, 1}, json{1, 0, 0}, json{0, 1, 1}, json{0, 0, 1}}) {
     cs.push_back({OpId::kLayerNormBackward, {3, 5}, DType::kF32, {{"normalized_shape", {5}}, {"output_mask", mask}}, 2});
@@ -146,8 +150,11 @@ TEST_F(Gpu, LayerNormBackward) {
   cs.push_back({OpId::kLayerNormBackward, {3, 70000}, DType::kF32, {{"normalized_shape", {70000}}}, 3,
                 {{{"split", 33}}}});
   for (DType dt : {DType::kBF16, DType::kF16}) halves(cs, OpId::kLayerNormBackward, dt);
-  run_all(*this, cs, 2e-5, Rounding::kOnce);
+  return cs;
 }
+
+TEST_F(Gpu, LayerNormBackward) { run_all(*this, layer_norm_backward_cases(), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, LayerNormBackward) { EXPECT_GE(run_all(*this, layer_norm_backward_cases(), 2e-5, Rounding::kOnce), 12); }
 
 }  // namespace
 }  // namespace kc::evolve

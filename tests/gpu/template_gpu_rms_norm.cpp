@@ -97,6 +97,7 @@ namespace {
 
 using nlohmann::json;
 using gpu_run::Case;
+using gpu_run::Emulated;
 using gpu_run::Gpu;
 using gpu_run::Rounding;
 using gpu_run::run_all;
@@ -118,8 +119,10 @@ std::vector<Case> rms_cases(OpId op) {
 }
 
 TEST_F(Gpu, RmsNorm) { run_all(*this, rms_cases(OpId::kRmsNorm), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, RmsNorm) { EXPECT_GE(run_all(*this, rms_cases(OpId::kRmsNorm), 2e-5, Rounding::kOnce), 3); }
 
 TEST_F(Gpu, RmsNormBackward) { run_all(*this, rms_cases(OpId::kRmsNormBackward), 2e-5, Rounding::kOnce); }
+TEST_F(Emulated, RmsNormBackward) { EXPECT_GE(run_all(*this, rms_cases(OpId::kRmsNormBackward), 2e-5, Rounding::kOnce), 3); }
 
 // Bandwidth at 8192 x 4096 bf16 and 8192 x 1024 fp32 (forward: input read, out written; backward:
 // grad and input read, grad_input written, grad_weight's second read counted as moved). Prints.

@@ -22,7 +22,8 @@ struct Gpu : GpuFixture {
   virtual void fill(CUdeviceptr p, unsigned char byte, size_t bytes);
   virtual void finish();   // waits for the launches
   virtual std::string download(CUdeviceptr p, size_t bytes);
-  int64_t max_numel = -1;  // cases whose first input is larger are skipped (-1: none)
+  int64_t max_numel = -1;  // cases with a larger tensor are skipped (-1: none)
+  bool sampled = true;     // the random knob samples of each case, besides its defaults and extras
 };
 
 // The same cases without a GPU: candidates whose sources can be emulated (template_emu.h) run on
