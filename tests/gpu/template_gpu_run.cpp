@@ -286,8 +286,11 @@ void Emulated::SetUp() {
   b = &emu_backend();
   // One host thread runs every CUDA thread: small shapes, and the settings a case names (its
   // defaults and extras) without the random samples, keep the CPU-only CI fast.
-  max_numel = 1 << 14;
-  sampled = false;
+  // KC_EMU_MAX_NUMEL and KC_EMU_SAMPLED=1 widen it for a deeper run by hand.
+  const char* mx = std::getenv("KC_EMU_MAX_NUMEL");
+  const char* smp = std::getenv("KC_EMU_SAMPLED");
+  max_numel = mx ? std::atoll(mx) : 1 << 14;
+  sampled = smp && std::string(smp) == "1";
 }
 
 void Emulated::TearDown() {
