@@ -4,7 +4,11 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <regex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/fsutil.h"
