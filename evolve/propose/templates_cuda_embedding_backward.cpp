@@ -26,11 +26,12 @@
 //        order (serial depth CH + count / CH instead of count).
 //      Either way every output element has one fixed order of additions: bitwise repeatable.
 // Knobs: sort_threads (NTS, positions a sort block), chunk, rows (RPB), vec, items; and `atomic`
-// (fp32 only): no sort, float atomics, not bitwise repeatable (kEbwAtomicBody), seeded in the
+// (fp32 only): no sort, float atomics, not bitwise repeatable (templates_cuda_embedding_backward_atomic.cpp), seeded in the
 // first generation so the search times it against the sort.
 // Scratch: the [digit][block] counts, two (key, position) buffers (ping-pong), start, and for
 // chunk > 0 two fp32 partial rows a chunk.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_embedding_backward.h"
 
 namespace kc::evolve {
 namespace {
@@ -279,38 +280,6 @@ extern "C" __global__ void __launch_bounds__(32 * RPB) kc_ebw_fix(T* __restrict_
 #endif
 )CU";
 
-// The atomic variant (knob `atomic`, fp32 without scale_grad_by_freq): the output zeroed, then
-// a warp per position adds its grad row into its index's row with float atomics; padding_idx and
-// indices outside [0, W) reach no row. Two launches and no sort, the scheme torch.compile uses.
-// The additions into a row land in whatever order the warps run, so the result is not bitwise
-// repeatable: the verifier records the kernel as "varies", and where the user asks for
-// deterministic algorithms the runtime answers with eager instead.
-const char* kEbwAtomicBody = R"CU(
-struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
-extern "C" __global__ void __launch_bounds__(256) kc_ebw_zero(T* __restrict__ out, long long nv) {
-  V z;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) z.v[e] = 0.f;
-  V* ov = reinterpret_cast<V*>(out);
-  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < nv; i += (long long)gridDim.x * 256) ov[i] = z;
-}
-extern "C" __global__ void __launch_bounds__(32 * RPB) kc_ebw_atomic(T* __restrict__ out, const T* __restrict__ g,
-    const IT* __restrict__ idx, int n, long long W, long long pad, long long DV) {
-  const int lane = threadIdx.x & 31;
-  const long long p = (long long)blockIdx.x * RPB + (threadIdx.x >> 5);
-  if (p >= n) return;
-  const long long w = (long long)idx[p];
-  if (w < 0 || w >= W || w == pad) return;
-  const V* gv = reinterpret_cast<const V*>(g) + p * DV;
-  T* orow = out + w * DV * VEC;
-  for (long long col = lane; col < DV; col += 32) {
-    const V x = gv[col];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) atomicAdd(orow + col * VEC + e, x.v[e]);
-  }
-}
-)CU";
-
 struct EbwGeom {
   int64_t n = 0, w = 0, d = 0;
   DType g = DType::kF32, idx = DType::kI64;
@@ -362,18 +331,8 @@ std::string ebw_consts(const EbwGeom& e, const Knobs& k) {
 }
 
 // The launch list and scratch of a setting; sizes are expressions over the call.
-std::pair<json, json> ebw_atomic_launches(const Knobs& k) {
-  const int64_t vec = k.at("vec"), rpb = k.at("rows");
-  const std::string nv = "num_weights * size(grad_output,-1) / " + S(vec);
-  json ls = json::array();
-  ls.push_back(launch("kc_ebw_zero", {"min(ceil_div(" + nv + ", 256), " + S(kSms * 8) + ")"}, {256}, {"ptr:out0", "i64:" + nv}));
-  ls.push_back(launch("kc_ebw_atomic", {"ceil_div(numel(indices), " + S(rpb) + ")"}, {32 * rpb},
-                      {"ptr:out0", "ptr:grad_output", "ptr:indices", "i32:numel(indices)", "i64:num_weights", "i64:padding_idx",
-                       "i64:size(grad_output,-1) / " + S(vec)}));
-  return {ls, nullptr};
-}
 std::pair<json, json> ebw_launches(const EbwGeom& e, const Knobs& k) {
-  if (k.count("atomic") && k.at("atomic")) return ebw_atomic_launches(k);
+  if (k.count("atomic") && k.at("atomic")) return {ebw_atomic_launches(k.at("vec"), k.at("rows")), nullptr};
   const int64_t nts = k.at("sort_threads"), vec = k.at("vec"), rpb = k.at("rows");
   const std::string n = "numel(indices)", nb = "ceil_div(" + n + ", " + S(nts) + ")";
   const std::string keys[2] = {"kc_ka", "kc_kb"}, vals[2] = {"kc_va", "kc_vb"};
@@ -441,7 +400,7 @@ class EmbeddingBackwardTemplate : public Template {
     if (atomic) k["items"] = 1, k["sort_threads"] = 512, k["chunk"] = 0;   // the sort's knobs: unused
     const std::string src = "// kernelcraft cuda.embedding_backward " + std::string(dtype_name(e.g)) + " indices " +
                             dtype_name(e.idx) + (e.scale ? " scale_grad_by_freq" : "") + (atomic ? " atomic" : "") + "\n" +
-                            dtype_prelude(e.g) + ebw_consts(e, k) + (atomic ? kEbwAtomicBody : kEbwBody);
+                            dtype_prelude(e.g) + ebw_consts(e, k) + (atomic ? ebw_atomic_body() : kEbwBody);
     auto [ls, scratch] = ebw_launches(e, k);
     return make_candidate(name(), std::move(k), src, std::move(ls), std::move(scratch));
   }

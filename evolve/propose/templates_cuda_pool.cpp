@@ -140,11 +140,11 @@ __device__ __forceinline__ void kc_take(float& acc, long long& best, float val, 
 )CU";
 
 // The row span of a thread's VPT consecutive windows in registers (REGS; the baked and strip
-// kernels): r[OFF + j] is input column c0 + j for j < SPAN, the reduction's identity outside the
+// kernels): r[OFF + j] is input column c0 + j within the span, the reduction's identity outside the
 // row. The span is read from the column OFF before c0 in vectors of VL elements (knob `vl`): c0 is
 // oc * VPT * SW - PW, so with VPT * SW a multiple of VL every vector starts VL-aligned (the row
 // length too, and the input's start is 16-byte aligned), and a thread issues NSPAN / VL loads a
-// row instead of SPAN. A vector that is not wholly inside the row is read element by element.
+// row instead of one a column. A vector not wholly inside the row is read element by element.
 // VL 1 is the plain element-by-element span.
 const char* kPoolSpan = R"CU(
 struct alignas(sizeof(T) * VL) KcVl { T v[VL]; };
@@ -240,16 +240,6 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
 }
 )CU";
 
-// The vector lengths (elements) a register span may load with: up to 16 bytes, dividing the input
-// row so that every row starts aligned. Just {1} where none fits.
-std::vector<int64_t> span_vectors(const OpCall& c, const PoolGeom& g) {
-  std::vector<int64_t> v = {1};
-  const int64_t bytes = c.inputs[0].dtype == DType::kF32 ? 4 : 2;
-  for (int64_t n = 2; n * bytes <= 16; n *= 2)
-    if (g.in[2] % n == 0) v.push_back(n);
-  return v;
-}
-
 // Registers the REGS row span may take (floats a thread).
 constexpr int64_t kMaxSpan = 32;
 
@@ -261,6 +251,16 @@ bool bakeable(const PoolGeom& g) { return !g.adaptive && g.k[0] * g.k[1] * g.k[2
 
 // The input columns one row of VPT consecutive windows covers along W.
 int64_t row_span(const PoolGeom& g, int64_t vpt) { return (vpt - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1; }
+
+// A register span read in vectors of vl elements (kPoolSpan): it starts off = (-PW) mod vl columns
+// before a thread's first (vl-aligned, as vpt * SW is a multiple of vl) and takes nspan registers.
+struct SpanLayout {
+  int64_t off, nspan;
+};
+SpanLayout span_layout(const PoolGeom& g, int64_t vpt, int64_t vl) {
+  const int64_t off = (vl - g.p[2] % vl) % vl;
+  return {off, (off + row_span(g, vpt) + vl - 1) / vl * vl};
+}
 
 // The input rows a strip of r output rows loads: the distinct taps of their windows along H (a
 // stride-1 3-row window: r + 2 of 3r; stride 2 with dilation 3 shares almost none). Strips are
@@ -305,7 +305,8 @@ class PoolTemplate : public Template {
                                {"il", {1, 0}}};
     // A register span is also offered where vector loads can fill it (`vl`, see kPoolSpan): a
     // stride-2 window of 2 then reads its row's span in one 16-byte load per VPT outputs.
-    const std::vector<int64_t> vls = span_vectors(c, g);
+    // The vector lengths dividing the input row (every row then starts aligned), up to 16 bytes.
+    const std::vector<int64_t> vls = vec_values(c.inputs[0].dtype, g.in[2]);
     const bool regs = g.s[2] < row_span(g, 1) || vls.size() > 1;
     sp.push_back({"regs", regs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}});
     if (vls.size() > 1) sp.push_back({"vl", vls});
@@ -322,7 +323,7 @@ class PoolTemplate : public Template {
     if (!handles(c, g) || !bakeable(g)) return {};
     const int64_t vpt = g.out[2] >= 4 ? 4 : g.out[2] >= 2 ? 2 : 1;
     int64_t vl = 1;
-    for (int64_t v : span_vectors(c, g))
+    for (int64_t v : vec_values(c.inputs[0].dtype, g.in[2]))
       if ((vpt * g.s[2]) % v == 0) vl = v;
     if (vl == 1) return {};
     Knobs k = {{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", vpt}, {"vl", vl}};
@@ -350,7 +351,7 @@ class PoolTemplate : public Template {
     const int64_t vl = k.count("vl") ? k.at("vl") : 1;
     if (vl > 1 && (vpt * g.s[2]) % vl != 0)
       return unsupported("vectors of " + S(vl) + " do not start aligned when a thread's outputs span " + S(vpt * g.s[2]));
-    const int64_t off = (vl - g.p[2] % vl) % vl, nspan = (off + row_span(g, vpt) + vl - 1) / vl * vl;
+    const int64_t nspan = span_layout(g, vpt, vl).nspan;
     if (bake && k.at("regs") && nspan > kMaxSpan)
       return unsupported("a row span of " + S(nspan) + " inputs does not fit the registers");
     const bool gs = k.at("gs") != 0, mx = g.max;
@@ -377,14 +378,15 @@ class PoolTemplate : public Template {
  private:
   // The baked kernel's compile-time window, per axis t, h, w.
   static std::string baked_consts(const PoolGeom& g, const Knobs& k) {
+    const int64_t vl = k.count("vl") ? k.at("vl") : 1;
+    const SpanLayout sl = span_layout(g, k.at("vpt"), vl);
     std::string s;
     const std::pair<const char*, const int64_t*> lists[] = {{"K", g.k}, {"S", g.s}, {"P", g.p}, {"D", g.d}};
     for (const auto& [n, v] : lists)
       s += std::string("constexpr int ") + n + "T = " + S(v[0]) + ", " + n + "H = " + S(v[1]) + ", " + n + "W = " + S(v[2]) + ";\n";
     return s + "constexpr int DIVISOR = " + S(g.divisor) + ", INCLUDE_PAD = " + (g.count_include_pad ? "1" : "0") +
            ";\nconstexpr bool IL = " + (k.at("il") ? "true" : "false") + ", REGS = " + (k.at("regs") ? "true" : "false") +
-           ";\nconstexpr int VL = " + S(k.count("vl") ? k.at("vl") : 1) +
-           ", SPAN = (VPT - 1) * SW + (KW - 1) * DW + 1, OFF = (VL - PW % VL) % VL, NSPAN = (OFF + SPAN + VL - 1) / VL * VL;\n";
+           ";\nconstexpr int VL = " + S(vl) + ", OFF = " + S(sl.off) + ", NSPAN = " + S(sl.nspan) + ";\n";
   }
 
   // Outputs, input, rows, the input's and output's (t, h, w) sizes, and for the runtime kernel the

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/config.h"
 #include "runtime/fsutil.h"
 #include "runtime/subprocess.h"
 #include "runtime/temp_files.h"
@@ -299,17 +300,21 @@ class EmuBackend : public Backend {
     if (!dir.ok()) return Status::error(Code::kIOError, "no temp dir for the emulation");
     const std::string raw = dir.file("kernel.cu"), pre = dir.file("kernel.i"), src = dir.file("kernel.cpp"),
                       so = dir.file("kernel.so"), log = dir.file("compile.log");
-    const char* env_cxx = std::getenv("KERNELCRAFT_CXX");
-    const std::string cxx = env_cxx && *env_cxx ? env_cxx : "c++";
+    std::vector<std::string> cxx = split_command(load_config().cxx);   // the CPU backend's compiler
+    if (cxx.empty()) cxx = {"c++"};
     ProcessOptions po;
     po.timeout_s = 120;
     po.output_path = log;
     if (!write_file(raw, source)) return Status::error(Code::kIOError, "cannot write " + raw);
-    auto p = run_process({cxx, "-E", "-P", "-x", "c++", "-D__global__=KC_EMU_GLOBAL", "-o", pre, raw}, po);
+    auto with = [&](std::vector<std::string> args) {
+      args.insert(args.begin(), cxx.begin(), cxx.end());
+      return args;
+    };
+    auto p = run_process(with({"-E", "-P", "-x", "c++", "-D__global__=KC_EMU_GLOBAL", "-o", pre, raw}), po);
     if (!p.is_ok()) return p.status();
     if (!p->ok()) return Status::error(Code::kCompileError, "preprocessing for the emulation failed:\n" + read_file(log));
     if (!write_file(src, emulated_source(source, entries_of(read_file(pre))))) return Status::error(Code::kIOError, "cannot write " + src);
-    auto r = run_process({cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", so, src}, po);
+    auto r = run_process(with({"-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", so, src}), po);
     if (!r.is_ok()) return r.status();
     CompileOutput out;
     out.log = read_file(log);
