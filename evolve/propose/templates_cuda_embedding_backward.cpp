@@ -26,7 +26,7 @@
 //        order (serial depth CH + count / CH instead of count).
 //      Either way every output element has one fixed order of additions: bitwise repeatable.
 // Knobs: sort_threads (NTS, positions a sort block), chunk, rows (RPB), vec, items; and `atomic`
-// (fp32 only): no sort, float atomics, not bitwise repeatable (templates_cuda_embedding_backward_atomic.cpp), seeded in the
+// (fp32 only): no sort, float atomics (2: a vector an atomic), not bitwise repeatable (templates_cuda_embedding_backward_atomic.cpp), seeded in the
 // first generation so the search times it against the sort.
 // Scratch: the [digit][block] counts, two (key, position) buffers (ping-pong), start, and for
 // chunk > 0 two fp32 partial rows a chunk.
@@ -320,7 +320,8 @@ std::vector<KnobDim> ebw_space(const EbwGeom& e) {
                              {"chunk", with_default({0, 4, 8, 16, 32, 64}, std::clamp<int64_t>(pow2_ceil(cdiv(e.n, 1024)), 4, 64))}};
   // Float atomics only on fp32 (16-bit atomics would round at every addition), and only without
   // scale_grad_by_freq (which needs each row's count).
-  if (atomic_ok(e)) sp.push_back({"atomic", {0, 1}});
+  // 1: an atomic an element; 2: an atomic a vector (sm_90's float2 / float4; elsewhere as 1).
+  if (atomic_ok(e)) sp.push_back({"atomic", {0, 1, 2}});
   return sp;
 }
 
@@ -386,7 +387,7 @@ class EmbeddingBackwardTemplate : public Template {
   std::vector<Knobs> seeds(const OpCall& c) const override {
     EbwGeom e;
     if (!ebw_geometry(c, e) || !atomic_ok(e)) return {};
-    return {{{"atomic", 1}}};
+    return {{{"atomic", 2}}, {{"atomic", 1}}};
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
@@ -400,7 +401,7 @@ class EmbeddingBackwardTemplate : public Template {
     if (atomic) k["items"] = 1, k["sort_threads"] = 512, k["chunk"] = 0;   // the sort's knobs: unused
     const std::string src = "// kernelcraft cuda.embedding_backward " + std::string(dtype_name(e.g)) + " indices " +
                             dtype_name(e.idx) + (e.scale ? " scale_grad_by_freq" : "") + (atomic ? " atomic" : "") + "\n" +
-                            dtype_prelude(e.g) + ebw_consts(e, k) + (atomic ? ebw_atomic_body() : kEbwBody);
+                            dtype_prelude(e.g) + ebw_consts(e, k) + (atomic ? ebw_atomic_body(k.at("atomic") == 2) : std::string(kEbwBody));
     auto [ls, scratch] = ebw_launches(e, k);
     return make_candidate(name(), std::move(k), src, std::move(ls), std::move(scratch));
   }

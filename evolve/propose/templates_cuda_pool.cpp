@@ -262,6 +262,14 @@ SpanLayout span_layout(const PoolGeom& g, int64_t vpt, int64_t vl) {
   return {off, (off + row_span(g, vpt) + vl - 1) / vl * vl};
 }
 
+// The widest vector of the input's row that a thread of vpt outputs starts aligned on (1: none).
+int64_t widest_aligned(const OpCall& c, const PoolGeom& g, int64_t vpt) {
+  int64_t vl = 1;
+  for (int64_t v : vec_values(c.inputs[0].dtype, g.in[2]))
+    if ((vpt * g.s[2]) % v == 0) vl = v;
+  return vl;
+}
+
 // The input rows a strip of r output rows loads: the distinct taps of their windows along H (a
 // stride-1 3-row window: r + 2 of 3r; stride 2 with dilation 3 shares almost none). Strips are
 // offered where they load at most 4/5 of the rows that separate output rows would.
@@ -317,19 +325,29 @@ class PoolTemplate : public Template {
 
   // Vector-loaded register spans in the first generation (the default reads element by element):
   // 4 outputs a thread (or fewer on a narrow output) in the widest vectors that start aligned, with
-  // the default strips and without.
+  // the default strips and without; and, where it differs, the span of fewest vector loads an
+  // output (a dilated 1x8 window at stride 1 reads 32 columns for 8 outputs, 28 for 4).
   std::vector<Knobs> seeds(const OpCall& c) const override {
     PoolGeom g;
     if (!handles(c, g) || !bakeable(g)) return {};
     const int64_t vpt = g.out[2] >= 4 ? 4 : g.out[2] >= 2 ? 2 : 1;
-    int64_t vl = 1;
-    for (int64_t v : vec_values(c.inputs[0].dtype, g.in[2]))
-      if ((vpt * g.s[2]) % v == 0) vl = v;
+    const int64_t vl = widest_aligned(c, g, vpt);
     if (vl == 1) return {};
     Knobs k = {{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", vpt}, {"vl", vl}};
     Knobs single = k;
     single["rows"] = 1;
-    return {k, single};
+    std::vector<Knobs> out = {k, single};
+    // Loads an output as a fraction nspan / (vl * v), compared by cross-multiplying.
+    int64_t best_v = vpt, best_vl = vl, best_n = span_layout(g, vpt, vl).nspan;
+    bool fits = best_n <= kMaxSpan;
+    for (int64_t v : {2, 4, 8})
+      for (int64_t w : vec_values(c.inputs[0].dtype, g.in[2])) {
+        const int64_t n = span_layout(g, v, w).nspan;
+        if (v > g.out[2] || w == 1 || (v * g.s[2]) % w != 0 || n > kMaxSpan) continue;
+        if (!fits || n * best_vl * best_v < best_n * w * v) best_v = v, best_vl = w, best_n = n, fits = true;
+      }
+    if (fits && (best_v != vpt || best_vl != vl)) out.push_back({{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", best_v}, {"vl", best_vl}});
+    return out;
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {

@@ -22,7 +22,10 @@
 // argmin / max.dim / min.dim go to the lowest index and the lowest-index NaN wins, as in eager
 // (ATen's CUDA comparators order equal values and NaNs by index), whatever the merge order
 // (kc_better compares indices).
+#include <algorithm>
 #include <climits>
+#include <tuple>
+#include <utility>
 
 #include "evolve/ops/reduction.h"
 #include "evolve/propose/templates_cuda_common.h"
@@ -43,11 +46,12 @@ template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const f
   for (int q = 0; q < N; ++q) kc_add(a, f[q], j(q));
 }
 #endif
-// The state of a warp, valid in lane 0; a state whose merge is costly defines its own (KC_WARP).
+// The state of a warp's group of WL lanes, valid in its first lane; a state whose merge is costly
+// defines its own (KC_WARP).
 #ifndef KC_WARP
 __device__ __forceinline__ S kc_warp(S a) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) { const S b = kc_shfl(a, o); kc_merge(a, b); }
+  for (int o = WL / 2; o > 0; o >>= 1) { const S b = kc_shfl(a, o); kc_merge(a, b); }
   return a;
 }
 #endif
@@ -101,14 +105,21 @@ __device__ __forceinline__ S kc_fold_row(const T* __restrict__ row, long long lo
   }
   return a;
 }
+// Row `row` of a grid of RPB rows a block, groups of G threads: a warp holds 32 / G rows when
+// G <= 32 (short rows), a row past the end folds nothing but its warp still shuffles as a whole.
+__device__ __forceinline__ long long kc_row_of(int& t) {
+  t = G <= 32 ? (int)(threadIdx.x & (G - 1)) : (int)threadIdx.x;
+  return (long long)blockIdx.x * RPB + threadIdx.x / G;
+}
 extern "C" __global__ void __launch_bounds__(NT) kc_red_rows(KC_OUT_PARAMS, const T* __restrict__ x, long long M,
                                                              long long R) {
   __shared__ S sh[32];
-  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
-  if (row >= M) return;   // whole warps only (G == 32); a block row always exists
-  const S a = kc_group(kc_fold_row(x + row * R, 0, R, t), sh);
-  if (t == 0) kc_store(KC_OUT_ARGS, row, a);
+  int t;
+  const long long row = kc_row_of(t);
+  if (row - (G < 32 ? (threadIdx.x & 31) / G : 0) >= M) return;   // whole warps only; a block row always exists
+  const bool live = row < M;
+  const S a = kc_group(kc_fold_row(x + (live ? row : 0) * R, 0, live ? R : 0, t), sh);
+  if (t == 0 && live) kc_store(KC_OUT_ARGS, row, a);
 }
 // Block b folds chunk b % SP of row b / SP (G == NT: a block per chunk).
 extern "C" __global__ void __launch_bounds__(NT) kc_red_rows_part(S* __restrict__ part, const T* __restrict__ x,
@@ -198,11 +209,12 @@ const char* kSegBody = R"CU(
 extern "C" __global__ void __launch_bounds__(NT) kc_red_seg_part(S* __restrict__ part, const T* __restrict__ x,
                                                                  long long M, long long R1, long long R2) {
   __shared__ S sh[32];
-  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
-  if (row >= M * R1) return;   // whole warps only (G == 32); a block row always exists
-  const S a = kc_group(kc_fold_row(x + row * R2, 0, R2, t), sh);
-  if (t == 0) part[(row % M) * R1 + row / M] = a;
+  int t;
+  const long long row = kc_row_of(t);
+  if (row - (G < 32 ? (threadIdx.x & 31) / G : 0) >= M * R1) return;   // whole warps only (kc_red_rows)
+  const bool live = row < M * R1;
+  const S a = kc_group(kc_fold_row(x + (live ? row : 0) * R2, 0, live ? R2 : 0, t), sh);
+  if (t == 0 && live) part[(row % M) * R1 + row / M] = a;
 }
 )CU";
 
@@ -245,14 +257,29 @@ bool red_call(const OpCall& c, RedCall& rc) {
 // Knobs. Rows (inner == 1): threads, rows (warps a block), vec, unroll, split. Columns: tx, ty,
 // vec (columns a thread), unroll, split.
 // The rows kernels' group and width for rows of n elements: threads, rows a block, vec.
+// Rows shorter than a vector a lane (global pooling's 7x7 planes, var over 49 elements) are also
+// offered groups of 4 to 16 lanes, several rows a warp: a warp of 32 lanes on a row of 49 floats
+// loads only 12 vectors at a time, so too few bytes are in flight to cover DRAM latency.
 void row_knobs(DType x, int64_t n, std::vector<KnobDim>& sp) {
   // Any width at any row length: the row kernels load a misaligned head and tail one by one.
   auto vecs = vec_values(x, 8);
   const int64_t vec = vecs.back();
-  const int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 8)), 32, 1024);
-  sp.push_back({"threads", with_default({32, 64, 128, 256, 512, 1024}, nt)});
-  sp.push_back({"rows", with_default({1, 2, 4, 8}, nt == 32 ? 4 : 1)});
+  int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 8)), 32, 1024);
+  std::vector<int64_t> threads = {32, 64, 128, 256, 512, 1024};
+  if (n / vec < 32) {   // about two vectors a lane, and at least a vector's width of lanes (head / tail)
+    threads.insert(threads.begin(), {4, 8, 16});
+    nt = std::max(vec, std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 2)), 4, 32));
+  }
+  sp.push_back({"threads", with_default(threads, nt)});
+  sp.push_back({"rows", with_default({1, 2, 4, 8}, nt <= 32 ? 4 : 1)});
   sp.push_back({"vec", with_default(vecs, vec)});
+}
+
+// Rows a block and threads a block of the rows kernels: `rows` warps of 32 / G rows each where
+// groups are a warp or less, else `rows` groups (one, as a block is a group then).
+std::pair<int64_t, int64_t> row_block(const Knobs& k) {
+  const int64_t g = k.at("threads"), w = k.at("rows");
+  return g < 32 ? std::make_pair(w * (32 / g), 32 * w) : std::make_pair(w, g * w);
 }
 
 std::vector<KnobDim> red_space(const RedCall& rc) {
@@ -334,26 +361,30 @@ class ReductionTemplate : public Template {
     Knobs k = kr.value();
     const ReduceGeom& g = rc.g;
     std::string consts;
-    int64_t g_threads = 32, rpb = 1, vec = 1, tx = 1, ty = 1, vb = 1;
+    int64_t g_threads = 32, rpb = 1, nt = 32, vec = 1, tx = 1, ty = 1, vb = 1;
     if (!g.block) {
       g_threads = k["threads"];
       if (g_threads > 32) k["rows"] = 1;
-      rpb = k["rows"], vec = k["vec"];
+      std::tie(rpb, nt) = row_block(k);
+      vec = k["vec"];
     } else if (g.inner == 1) {
-      if (k["split"] > 0 && k["threads"] == 32) k["threads"] = 256;   // a block per chunk
+      if (k["split"] > 0 && k["threads"] <= 32) k["threads"] = 256;   // a block per chunk
       g_threads = k["threads"];
       if (g_threads > 32 || k["split"] > 0) k["rows"] = 1;
-      rpb = k["rows"], vec = k["vec"];
+      std::tie(rpb, nt) = row_block(k);
+      vec = k["vec"];
       if (cdiv(g.outer, rpb) > INT_MAX) return unsupported("too many rows for one grid");
     } else {
       tx = k["tx"], ty = k["ty"], vb = k["vec"];
       if (tx * ty > 1024 || tx * ty < 32) return unsupported("block of " + S(tx * ty) + " threads");
       if (tx * ty * vb * reduction_state_bytes(g.kind) > kMergeShared) return unsupported("shared memory of the column merge");
       if (cdiv(g.inner, tx * vb) * g.outer > INT_MAX) return unsupported("too many column tiles for one grid");
+      nt = tx * ty;
     }
-    consts = "constexpr int G = " + S(g_threads) + ", RPB = " + S(rpb) + ", VEC = " + S(vec) + ", TX = " + S(tx) +
-             ", TY = " + S(ty) + ", VB = " + S(vb) + ", U = " + S(k["unroll"]) + ", NT = " +
-             S(!g.block || g.inner == 1 ? g_threads * rpb : tx * ty) + ";\n";
+    if (g_threads < vec) return unsupported("groups of " + S(g_threads) + " lanes cannot load a row's head of up to " + S(vec - 1));
+    consts = "constexpr int G = " + S(g_threads) + ", WL = " + S(std::min<int64_t>(g_threads, 32)) + ", RPB = " + S(rpb) +
+             ", VEC = " + S(vec) + ", TX = " + S(tx) + ", TY = " + S(ty) + ", VB = " + S(vb) + ", U = " + S(k["unroll"]) +
+             ", NT = " + S(nt) + ";\n";
     const std::string src = "// kernelcraft cuda.reduction " + std::string(op_info(c.op).name) + " " + dtype_name(rc.x) +
                             " -> " + dtype_name(rc.o) + (!g.block ? " two runs" : g.inner == 1 ? " rows" : " columns") +
                             "\n" + dtype_prelude(rc.x) + consts + out_prelude(rc) +
@@ -378,12 +409,13 @@ class ReductionTemplate : public Template {
     json ls = json::array(), scratch;
     if (!g.block) {
       const int64_t rows = g.r1 * g.mid;
-      ls.push_back(launch("kc_red_seg_part", {S(cdiv(rows, k.at("rows")))}, {k.at("threads") * k.at("rows")},
+      const auto [rpb, nt] = row_block(k);
+      ls.push_back(launch("kc_red_seg_part", {S(cdiv(rows, rpb))}, {nt},
                           {"ptr:part", "ptr:self", "i64:" + S(g.mid), "i64:" + S(g.r1), "i64:" + S(g.r2)}));
     } else if (g.inner == 1) {
-      const int64_t nt = k.at("threads") * k.at("rows");
+      const auto [rpb, nt] = row_block(k);
       if (split == 0) {
-        ls.push_back(launch("kc_red_rows", {S(cdiv(g.outer, k.at("rows")))}, {nt}, with({"ptr:self", "i64:" + S(g.outer), "i64:" + S(g.r)})));
+        ls.push_back(launch("kc_red_rows", {S(cdiv(g.outer, rpb))}, {nt}, with({"ptr:self", "i64:" + S(g.outer), "i64:" + S(g.r)})));
         return std::make_pair(ls, json());
       }
       const int64_t vec = k.at("vec"), ch = cdiv(cdiv(g.r, split), vec) * vec;

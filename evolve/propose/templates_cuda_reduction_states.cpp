@@ -121,17 +121,17 @@ template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const f
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.s, o)};
 }
-// A warp in two cheap steps instead of five merges (an exp and branches each): the largest max
+// A warp's group of WL lanes in two cheap steps instead of five merges (an exp and branches each): the largest max
 // by shuffles, then every lane's sum rescaled to it once and added by shuffles. A lane at that
 // max (+inf among them) is not rescaled; an empty lane adds 0 * exp(-inf) = 0.
 #define KC_WARP 1
 __device__ __forceinline__ S kc_warp(S a) {
   float m = a.m;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = WL / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = a.m == m ? a.s : a.s * kc_exp(a.m - m);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  for (int o = WL / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   return S{m, s};
 }
 __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s.m + logf(s.s)); }

@@ -73,13 +73,14 @@ std::vector<Case> embedding_backward_cases() {
   cs.push_back({op, {700, 64}, DType::kF32, {{"num_weights", 6}, {"padding_idx", 1}, {"scale_grad_by_freq", true}}, 2,
                 {{{"sort_threads", 128}}}});
   // Float atomics: hot rows (a quarter of the positions on 4 rows), padding_idx, int32 indices,
-  // a row not a multiple of 4 (vec 1).
-  cs.push_back({op, {8192, 768}, DType::kF32, gpt2, 0, {{{"atomic", 1}}, {{"atomic", 1}, {"rows", 1}, {"vec", 2}}}});
+  // a row not a multiple of 4 (vec 1); element by element and in float4 / float2 vectors.
+  cs.push_back({op, {8192, 768}, DType::kF32, gpt2, 0,
+                {{{"atomic", 1}}, {{"atomic", 1}, {"rows", 1}, {"vec", 2}}, {{"atomic", 2}}, {{"atomic", 2}, {"vec", 2}}}});
   cs.push_back({op, {3, 700, 67}, DType::kF32, {{"num_weights", 1000}, {"padding_idx", 2}, {"index_dtype", "i32"}}, 0,
-                {{{"atomic", 1}}}});
+                {{{"atomic", 1}}, {{"atomic", 2}}}});
   // Small enough for the emulation: the sort's two kernels (chunked and not), the atomics, halves.
   const json small = {{"num_weights", 300}, {"padding_idx", 3}};
-  cs.push_back({op, {2, 90, 40}, DType::kF32, small, 1, {{{"chunk", 0}}, {{"chunk", 4}, {"sort_threads", 128}}, {{"atomic", 1}}}});
+  cs.push_back({op, {2, 90, 40}, DType::kF32, small, 1, {{{"chunk", 0}}, {{"chunk", 4}, {"sort_threads", 128}}, {{"atomic", 1}}, {{"atomic", 2}}}});
   cs.push_back({op, {130, 24}, DType::kBF16, {{"num_weights", 600}, {"scale_grad_by_freq", true}}, 1, {{{"chunk", 0}}}});
   return cs;
 }

@@ -388,6 +388,9 @@ std::vector<Case> reduction_cases() {
     cs.push_back({op, {1000, 77}, DType::kBF16, {{"dim", -1}}, 1, {{{"vec", 8}, {"threads", 32}}}});
     cs.push_back({op, {64, 3}, DType::kF16, {{"dim", -1}}, 1, {{{"vec", 8}}}});
     cs.push_back({op, {8, 100003}, DType::kF32, {{"dim", -1}}, 1, {{{"vec", 4}, {"split", 4}, {"unroll", 2}}}});
+    // Short rows in groups of fewer lanes than a warp (several rows a warp): 330 rows leave the
+    // last warp of 8 (or 4) rows two live ones, which still shuffle with their dead neighbours.
+    cs.push_back({op, {330, 49}, DType::kBF16, {{"dim", -1}}, 1, {{{"threads", 8}, {"vec", 8}}, {{"threads", 4}, {"vec", 4}}}});
     if (op == OpId::kMax || op == OpId::kMin || op == OpId::kProd) {   // one int dim; KernelBench's shape
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", 0}}, 1});
       cs.push_back({op, {16, 256, 256}, DType::kF32, {{"dim", 1}, {"keepdim", true}}, 2});
@@ -397,6 +400,7 @@ std::vector<Case> reduction_cases() {
       const json all = op == OpId::kLogsumexp ? json{0} : json("none");   // logsumexp takes a dim list
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", all}}, 1, {{{"split", 0}}}});
       cs.push_back({op, {8, 256, 64}, DType::kF32, {{"dim", {1, 2}}, {"keepdim", true}}, 1});
+      cs.push_back({op, {2, 165, 7, 7}, DType::kF32, {{"dim", {2, 3}}}, 1, {{{"threads", 4}, {"vec", 4}}, {{"threads", 16}, {"rows", 2}}}});
     }
   }
   // Two runs around the kept dims: NCHW batch-norm statistics, odd and short inner runs, halves.
@@ -405,6 +409,7 @@ std::vector<Case> reduction_cases() {
     cs.push_back({op, {16, 64, 28, 28}, DType::kF32, {{"dim", {0, 2, 3}}}, 2, {{{"threads", 32}, {"rows", 8}}}});
     cs.push_back({op, {7, 33, 5, 9}, DType::kBF16, {{"dim", {0, 2, 3}}, {"keepdim", true}}, 1, {{{"vec", 8}}}});
     cs.push_back({op, {3, 40, 1001}, DType::kF16, {{"dim", {0, 2}}}, 1, {{{"threads", 256}}}});
+    cs.push_back({op, {3, 67, 7, 7}, DType::kF32, {{"dim", {0, 2, 3}}}, 1, {{{"threads", 4}, {"vec", 4}, {"rows", 1}}}});
   }
   cs.push_back({OpId::kMean, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
   cs.push_back({OpId::kProd, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});

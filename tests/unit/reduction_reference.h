@@ -102,8 +102,9 @@ template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double u
   const double var = dev2 / div, hv = (dev2 + 2 * devx) / std::max(div, 1.0);
   const bool sd = g.kind == ReduceKind::kStd || g.kind == ReduceKind::kStdMean;
   r.ref = sd ? std::sqrt(var) : var;
-  // Std: half var's relative error, and at most the square root of its absolute error near 0.
-  r.scale = sd ? std::min(hv / (2 * r.ref), std::sqrt(hv / unit)) + r.ref : hv + var;
+  // Std: half var's relative error, and at most the square root of its absolute error near 0
+  // (fmin: on a constant row the first is 0 / 0, and the bound is the second's 0).
+  r.scale = sd ? std::fmin(hv / (2 * r.ref), std::sqrt(hv / unit)) + r.ref : hv + var;
   return r;
 }
 

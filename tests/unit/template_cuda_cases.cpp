@@ -117,7 +117,7 @@ std::vector<Case> cases() {
   v.push_back({OpId::kGroupNormBackward, {4, 6}, DType::kF32, {{"group", 3}}});
   // Embedding backward: GPT-2's vocabulary (two radix passes) per dtype, int32 indices, a table of
   // 300000 rows (three passes), padding and scale_grad_by_freq, an odd D (vec 1).
-  v.push_back({OpId::kEmbeddingBackward, {8192, 768}, DType::kF32, {{"num_weights", 50257}}, 4, {{{"atomic", 1}}}});
+  v.push_back({OpId::kEmbeddingBackward, {8192, 768}, DType::kF32, {{"num_weights", 50257}}, 4, {{{"atomic", 1}}, {{"atomic", 2}}}});
   v.push_back({OpId::kEmbeddingBackward, {3, 700, 67}, DType::kF32, {{"num_weights", 1000}, {"index_dtype", "i32"}}, 0,
                {{{"atomic", 1}}}});
   v.push_back({OpId::kEmbeddingBackward, {4, 2048, 1024}, DType::kBF16, {{"num_weights", 50257}, {"padding_idx", 0}}, 2});

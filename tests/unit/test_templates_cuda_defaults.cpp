@@ -97,6 +97,19 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_FALSE(seeds.empty());
   EXPECT_EQ(seeds[0].at("vl"), 8);
   EXPECT_EQ(seeds[0].at("vpt"), 4);
+  // A dilated 1x8 window at stride 1 (max_pool1d through the 2d kernels): 8 outputs a thread read
+  // 32 columns where 4 read 28, so the fewest-loads span is seeded as well (bf16: 8-byte vectors,
+  // as 16-byte ones would start 4 columns early and overflow the registers).
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    OpCall d1 = call_of({OpId::kMaxPool2d, {64, 192, 1, 16384}, dt,
+                         {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}}});
+    auto s1d = t->seeds(d1);
+    ASSERT_EQ(s1d.size(), 3u) << dtype_name(dt);
+    EXPECT_EQ(s1d[2].at("vpt"), 8);
+    EXPECT_EQ(s1d[2].at("vl"), 4);
+    EXPECT_TRUE(t->render(d1, s1d[2]).is_ok());
+  }
+  EXPECT_EQ(t->seeds(v3).size(), 2u);   // 2x2 stride 2: 4 outputs in one 16-byte vector are already best
   OpCall narrow = call_of({OpId::kMaxPool2d, {1, 1, 5, 7}, DType::kF32, {{"kernel_size", 2}, {"stride", 2}}});
   for (const auto& d : t->space(narrow)) EXPECT_NE(d.name, "vl");   // 7 columns: no vector divides them
   EXPECT_TRUE(t->seeds(narrow).empty());
@@ -115,14 +128,18 @@ TEST(TemplatesCuda, EmbeddingBackwardAtomicsOnlyForFp32) {
   auto def = t->render(f, {});
   ASSERT_TRUE(def.is_ok());
   EXPECT_EQ(def->knobs.at("atomic"), 0);
-  EXPECT_EQ(def->source.find("atomicAdd(orow"), std::string::npos);
-  ASSERT_EQ(t->seeds(f).size(), 1u);
+  EXPECT_EQ(def->source.find("kc_vadd(orow"), std::string::npos);
+  ASSERT_EQ(t->seeds(f).size(), 2u);   // vector atomics (sm_90's float4), then one an element
   auto at = t->render(f, t->seeds(f)[0]);
   ASSERT_TRUE(at.is_ok()) << at.status().to_string();
-  EXPECT_NE(at->source.find("atomicAdd(orow"), std::string::npos);
+  EXPECT_NE(at->source.find("kc_vadd(orow"), std::string::npos);
+  EXPECT_NE(at->source.find("constexpr bool VATOM = true;"), std::string::npos);
+  auto scalar = t->render(f, t->seeds(f)[1]);
+  ASSERT_TRUE(scalar.is_ok());
+  EXPECT_NE(scalar->source.find("constexpr bool VATOM = false;"), std::string::npos);
   EXPECT_EQ(at->launch["launches"].size(), 2u);
   EXPECT_FALSE(at->launch.contains("scratch"));
-  EXPECT_EQ(at->id(), t->render(f, {{"atomic", 1}, {"chunk", 16}, {"sort_threads", 128}, {"items", 4}})->id());
+  EXPECT_EQ(scalar->id(), t->render(f, {{"atomic", 1}, {"chunk", 16}, {"sort_threads", 128}, {"items", 4}})->id());
   for (const auto& [dt, args] : std::vector<std::pair<DType, json>>{
            {DType::kBF16, gpt2}, {DType::kF16, gpt2}, {DType::kF32, {{"num_weights", 50257}, {"scale_grad_by_freq", true}}}}) {
     OpCall c = call_of({OpId::kEmbeddingBackward, {8192, 768}, dt, args});
