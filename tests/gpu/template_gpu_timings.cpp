@@ -65,7 +65,7 @@ TEST_F(Gpu, Timings) {
 }
 
 // Pooling strips (`rows`) against one output row a thread, max pooling with and without its index
-// output, and var_mean's chunked Welford, in
+// output, var_mean's chunked Welford, and short rows (7x7 planes) in groups of fewer lanes, in
 // fp32 and bf16 at the shapes where they trailed torch.compile (docs/PERF.md); printed only.
 TEST_F(Gpu, TimingsPoolVar) {
   struct T {
@@ -100,11 +100,17 @@ TEST_F(Gpu, TimingsPoolVar) {
       // 3D video's 2x2x2 stride 2: no span without vectors (the windows do not overlap).
       {OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, {{"kernel_size", 2}, {"stride", 2}}, {{}, v4, w8, {{"vpt", 4}}},
        8.0 * 64 * 16 * 112 * 112, 8.0 * 64 * 8 * 56 * 56},
-      {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}}, r, 2 * 16.0 * 4096},
+      {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}, {{"unroll", 8}}, {{"rows", 8}}, {{"rows", 2}}, {{"threads", 64}}},
+       r, 2 * 16.0 * 4096},
       // Two runs (batch-norm statistics): rows of 3136 folded by a warp, a block, a big block.
       {OpId::kVarMean, {32, 256, 56, 56}, {{"dim", {0, 2, 3}}},
        {{}, {{"threads", 32}, {"rows", 4}}, {{"threads", 256}}, {{"threads", 1024}}, {{"unroll", 8}}}, 32.0 * 256 * 56 * 56, 512},
-      {OpId::kVarMean, {32, 2048, 7, 7}, {{"dim", {0, 2, 3}}}, {{}, {{"threads", 32}, {"rows", 8}}}, 32.0 * 2048 * 49, 4096},
+      // Rows of 49 (7x7 planes): groups of 4 to 16 lanes, several rows a warp, against a warp a row.
+      {OpId::kVarMean, {32, 2048, 7, 7}, {{"dim", {0, 2, 3}}},
+       {{}, {{"threads", 32}, {"rows", 8}}, {{"threads", 32}, {"rows", 4}}, {{"threads", 4}}, {{"threads", 16}}}, 32.0 * 2048 * 49, 4096},
+      {OpId::kMean, {32, 2048, 7, 7}, {{"dim", {2, 3}}},
+       {{}, {{"threads", 32}, {"rows", 4}}, {{"threads", 4}}, {{"threads", 16}}, {{"threads", 8}, {"rows", 8}}}, 32.0 * 2048 * 49,
+       32.0 * 2048},
   };
   for (DType dt : {DType::kF32, DType::kBF16})
     for (const T& t : ts) {
