@@ -173,7 +173,12 @@ at::Tensor reduction_whole(const OpCall& c, const std::vector<at::Tensor>& in, s
   hv = hv.reshape(osz);
   if (g->kind == ReduceKind::kVar || g->kind == ReduceKind::kVarMean) return hv.add_(y);
   const double u = c.outputs[j].dtype == DType::kF32 ? 1.19e-7 : 7.8e-3;
-  return at::minimum(hv / (2 * y), (hv / u).sqrt_()).add_(y);
+  // The fold's own mean errs by about u times its scale and shifts every deviation by that: n
+  // times its square over div, negligible for var, is first order for std near 0 (on a constant
+  // row an fp32 fold's std is a few ulp of the value, not 0). fmin: there y = 0 and hv / 2y is NaN.
+  const at::Tensor ms = fold(x.abs(), g->reduced, true).div_(n).add_(m.abs()).reshape(osz);
+  hv = hv.add(ms.square().mul_(n * u / div));
+  return at::fmin(hv / (2 * y), (hv / u).sqrt_()).add_(y);
 }
 
 }  // namespace

@@ -324,9 +324,10 @@ class PoolTemplate : public Template {
   }
 
   // Vector-loaded register spans in the first generation (the default reads element by element):
-  // 4 outputs a thread (or fewer on a narrow output) in the widest vectors that start aligned, with
-  // the default strips and without; and, where it differs, the span of fewest vector loads an
-  // output (a dilated 1x8 window at stride 1 reads 32 columns for 8 outputs, 28 for 4).
+  // 4 outputs a thread (or fewer on a narrow output) in the widest vectors that start aligned; where
+  // it differs, the span of fewest vector loads an output (a dilated 1x8 window at stride 1 reads
+  // 32 columns for 8 outputs, 28 for 4); then the first without strips. A short search runs the
+  // first two or three seeds only, so the order matters.
   std::vector<Knobs> seeds(const OpCall& c) const override {
     PoolGeom g;
     if (!handles(c, g) || !bakeable(g)) return {};
@@ -334,9 +335,7 @@ class PoolTemplate : public Template {
     const int64_t vl = widest_aligned(c, g, vpt);
     if (vl == 1) return {};
     Knobs k = {{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", vpt}, {"vl", vl}};
-    Knobs single = k;
-    single["rows"] = 1;
-    std::vector<Knobs> out = {k, single};
+    std::vector<Knobs> out = {k};
     // Loads an output as a fraction nspan / (vl * v), compared by cross-multiplying.
     int64_t best_v = vpt, best_vl = vl, best_n = span_layout(g, vpt, vl).nspan;
     bool fits = best_n <= kMaxSpan;
@@ -347,6 +346,13 @@ class PoolTemplate : public Template {
         if (!fits || n * best_vl * best_v < best_n * w * v) best_v = v, best_vl = w, best_n = n, fits = true;
       }
     if (fits && (best_v != vpt || best_vl != vl)) out.push_back({{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", best_v}, {"vl", best_vl}});
+    // Single output rows where strips are offered (else that is the first seed again).
+    for (const KnobDim& d : space(c))
+      if (d.name == "rows") {
+        Knobs single = k;
+        single["rows"] = 1;
+        out.push_back(single);
+      }
     return out;
   }
 

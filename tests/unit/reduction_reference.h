@@ -99,11 +99,15 @@ template <class X> Out fold(const ReduceGeom& g, const X& x, int64_t o, double u
     devx += std::fabs(d) * std::fabs(v);
   }
   const double div = std::max(n - g.correction, 0.0);
-  const double var = dev2 / div, hv = (dev2 + 2 * devx) / std::max(div, 1.0);
+  const double var = dev2 / div;
+  // The fold's own mean errs by about unit * out1_scale and shifts every deviation by that: var
+  // gains n times its square over div, second order, but std near 0 gains its square root, first
+  // order (on a constant row an fp32 fold's std is a few ulp of the value, not 0).
+  const double hv = (dev2 + 2 * devx + n * unit * r.out1_scale * r.out1_scale) / std::max(div, 1.0);
   const bool sd = g.kind == ReduceKind::kStd || g.kind == ReduceKind::kStdMean;
   r.ref = sd ? std::sqrt(var) : var;
   // Std: half var's relative error, and at most the square root of its absolute error near 0
-  // (fmin: on a constant row the first is 0 / 0, and the bound is the second's 0).
+  // (fmin: on a constant row the first is 0 / 0).
   r.scale = sd ? std::fmin(hv / (2 * r.ref), std::sqrt(hv / unit)) + r.ref : hv + var;
   return r;
 }
