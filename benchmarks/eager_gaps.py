@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, os.path.dirname(__file__))
-from eager_ops import COPY_BW, bench  # noqa: E402
+from eager_ops import bench, copy_bw  # noqa: E402
 
 
 class Reached(TorchDispatchMode):
@@ -108,7 +108,7 @@ def main():
             nbytes = sum(t.numel() * t.element_size() for t in ins) + sum(
                 t.numel() * t.element_size() for t in outs if isinstance(t, torch.Tensor))
             row["bytes"] = nbytes
-            row["floor_ms"] = nbytes / COPY_BW * 1e3
+            row["floor_ms"] = nbytes / copy_bw() * 1e3
             row["eager_ms"] = bench(fn, reps=15)["median_ms"]
             if not a.no_compile:
                 cfn = torch.compile(fn)
