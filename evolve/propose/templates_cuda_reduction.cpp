@@ -7,8 +7,9 @@
 // The input is viewed as [outer, r, inner] (reduction.h). Every op is a fold state S with
 // kc_init / kc_add (one element and its index along r) / kc_merge / kc_store, so one set of
 // kernels serves all of them:
-//   inner == 1 (rows): a group of threads (a warp, or the whole block) folds one row of r
-//     contiguous elements through VEC-wide loads, U loads in flight per thread.
+//   inner == 1 (rows): a group of threads (a warp, the whole block, or for short rows 4 to 16
+//     lanes of a warp) folds one row of r contiguous elements through VEC-wide loads, U loads in
+//     flight per thread.
 //   inner > 1 (columns): a block of TX x TY threads covers TX * VB adjacent columns of one outer
 //     slice; each thread folds its VB columns over every TY-th row (coalesced across tx), then
 //     the TY partial states of a column are merged through shared memory.
