@@ -30,6 +30,10 @@ struct Candidate {
   nlohmann::json launch;     // launch spec (runtime/launch_spec.h)
   std::vector<std::string> parents;   // ids of the candidates it was derived from
   std::string origin;        // "seed" | "mutation" | "crossover" | "user" | "llm"
+  // False where its template knows the result may differ run to run (float atomics): recorded as
+  // "varies" even when the gauntlet's runs happened to agree (they can, on indices that never
+  // collide), so it is never served where the user asks for determinism.
+  bool repeatable = true;
   // Stable identity: family + knobs (two candidates with the same id are the same variant).
   std::string id() const;
 };

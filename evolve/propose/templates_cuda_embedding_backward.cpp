@@ -403,7 +403,9 @@ class EmbeddingBackwardTemplate : public Template {
                             dtype_name(e.idx) + (e.scale ? " scale_grad_by_freq" : "") + (atomic ? " atomic" : "") + "\n" +
                             dtype_prelude(e.g) + ebw_consts(e, k) + (atomic ? ebw_atomic_body(k.at("atomic") == 2) : std::string(kEbwBody));
     auto [ls, scratch] = ebw_launches(e, k);
-    return make_candidate(name(), std::move(k), src, std::move(ls), std::move(scratch));
+    Candidate out = make_candidate(name(), std::move(k), src, std::move(ls), std::move(scratch));
+    out.repeatable = !atomic;   // float atomics add in whatever order the warps run
+    return out;
   }
 };
 

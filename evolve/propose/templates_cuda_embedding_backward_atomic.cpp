@@ -12,11 +12,11 @@ namespace {
 
 // The atomic variant (knob `atomic`, fp32 without scale_grad_by_freq): the output zeroed, then
 // a warp per position adds its grad row into its index's row with float atomics (atomic = 2: in
-// vectors where the GPU has them); padding_idx and
-// indices outside [0, W) reach no row. Two launches and no sort, the scheme torch.compile uses.
-// The additions into a row land in whatever order the warps run, so the result is not bitwise
-// repeatable: the verifier records the kernel as "varies", and where the user asks for
-// deterministic algorithms the runtime answers with eager instead.
+// vectors where the GPU has them); padding_idx and indices outside [0, W) reach no row. Two
+// launches and no sort, the scheme torch.compile uses. The additions into a row land in whatever
+// order the warps run, so the result is not bitwise repeatable: the candidate says so
+// (Candidate::repeatable), the record says "varies" even where the gauntlet's runs agreed, and
+// where the user asks for deterministic algorithms the runtime answers with eager instead.
 const char* const kEbwAtomicBody = R"CU(
 struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
 // Adds a loaded vector into o: with VATOM on sm_90 and later one float2 / float4 atomic (a

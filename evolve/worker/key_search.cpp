@@ -280,7 +280,7 @@ Result<Record> KeySearch::promoted_record(const Evaluation& e, const Candidate& 
                         {"finish_reason", search.state().finish_reason}, {"elapsed_s", search.state().elapsed_s},
                         {"first_verified_s", search.first_verified_s()}, {"best_found_s", search.best_found_s()},
                         {"refused", attempts_}}}};
-  record_verdict_facts(r, v);
+  record_verdict_facts(r, v, cand.repeatable);
   if (disabled_) r.meta["disabled_before"] = disabled_->meta.value("disabled", nlohmann::json::object());
   return r;
 }

@@ -159,7 +159,8 @@ bool is_recorded_kernel(const Record& r, const std::string& source, const nlohma
   return spec && to_json(spec.value()) == r.launch;
 }
 
-void record_verdict_facts(Record& r, const nlohmann::json& verdict) {
+void record_verdict_facts(Record& r, const nlohmann::json& verdict, bool repeatable) {
+  if (!repeatable) r.determinism = Determinism::kVaries;
   auto stages = verdict.find("stages");
   if (stages == verdict.end() || !stages->is_array()) return;
   const nlohmann::json* numerics = nullptr;
@@ -168,7 +169,7 @@ void record_verdict_facts(Record& r, const nlohmann::json& verdict) {
   if (!numerics || !numerics->contains("evidence") || !(*numerics)["evidence"].is_object()) return;
   const nlohmann::json& ev = (*numerics)["evidence"];
   if (auto d = ev.find("bitwise_deterministic"); d != ev.end() && d->is_boolean())
-    r.determinism = d->get<bool>() ? Determinism::kBitwise : Determinism::kVaries;
+    r.determinism = d->get<bool>() && repeatable ? Determinism::kBitwise : Determinism::kVaries;
   std::vector<double> budget;
   for (const auto& set : ev.value("sets", nlohmann::json::array())) {
     const auto outs = set.is_object() ? set.value("outputs", nlohmann::json::array()) : nlohmann::json::array();

@@ -77,8 +77,9 @@ Result<nlohmann::json> verify_kernel(const nlohmann::json& call_json, const std:
 // the numerics stage's determinism, and per output the live check's budget, twice the largest
 // (budget + eager's own error) over the input sets (candidate-vs-eager error is at most their sum;
 // the factor leaves room for real data beyond the generated sets). Leaves `r` unchanged where the
-// verdict has no numerics evidence.
-void record_verdict_facts(Record& r, const nlohmann::json& verdict);
+// verdict has no numerics evidence. A candidate not `repeatable` (proposer.h) is recorded "varies"
+// whatever its runs showed.
+void record_verdict_facts(Record& r, const nlohmann::json& verdict, bool repeatable = true);
 
 // True when `source` with `launch` is the kernel stored in `r` (the worker never promotes the kernel
 // of a record the live check disabled). Compares the launch spec as the record holds it, normalised.

@@ -186,9 +186,9 @@ void run_case(Gpu& g, const Case& k, Counts& counts, double rtol, Rounding round
       ptrs.push_back(reinterpret_cast<void*>(scratch.back()));
     }
     std::vector<std::string> first(c.outputs.size());
-    // Float atomics (knob `atomic`) add in whatever order the threads run: their second run is
-    // checked against the reference again instead of against the first run's bytes.
-    const bool repeatable = !(cand.knobs.count("atomic") && cand.knobs.at("atomic"));
+    // A candidate declared not repeatable (float atomics: Candidate::repeatable) has its second
+    // run checked against the reference again instead of against the first run's bytes.
+    const bool repeatable = cand.repeatable;
     for (int rep = 0; rep < 2; ++rep) {
       // Poison outputs and scratch (0xff bytes: NaN in every float type).
       for (size_t o = 0; o < c.outputs.size(); ++o) {

@@ -128,12 +128,14 @@ TEST(TemplatesCuda, EmbeddingBackwardAtomicsOnlyForFp32) {
   auto def = t->render(f, {});
   ASSERT_TRUE(def.is_ok());
   EXPECT_EQ(def->knobs.at("atomic"), 0);
+  EXPECT_TRUE(def->repeatable);   // the sort sums every row in position order
   EXPECT_EQ(def->source.find("kc_vadd(orow"), std::string::npos);
   ASSERT_EQ(t->seeds(f).size(), 2u);   // vector atomics (sm_90's float4), then one an element
   auto at = t->render(f, t->seeds(f)[0]);
   ASSERT_TRUE(at.is_ok()) << at.status().to_string();
   EXPECT_NE(at->source.find("kc_vadd(orow"), std::string::npos);
   EXPECT_NE(at->source.find("constexpr bool VATOM = true;"), std::string::npos);
+  EXPECT_FALSE(at->repeatable);   // declared: recorded "varies" whatever the gauntlet's runs show
   auto scalar = t->render(f, t->seeds(f)[1]);
   ASSERT_TRUE(scalar.is_ok());
   EXPECT_NE(scalar->source.find("constexpr bool VATOM = false;"), std::string::npos);

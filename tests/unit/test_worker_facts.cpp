@@ -33,6 +33,18 @@ TEST(RecordVerdictFacts, DeterminismAndBudgetReachTheRecord) {
   EXPECT_EQ(v.determinism, Determinism::kVaries);
 }
 
+// A candidate its template declares not repeatable (float atomics) is recorded "varies" even where
+// the gauntlet's two runs agreed bit for bit, and with no numerics evidence at all.
+TEST(RecordVerdictFacts, ADeclaredNonRepeatableCandidateVaries) {
+  Record r;
+  record_verdict_facts(r, verdict(true), false);
+  EXPECT_EQ(r.determinism, Determinism::kVaries);
+  ASSERT_EQ(r.budget.size(), 2u);   // the budgets still reach the record
+  Record e;
+  record_verdict_facts(e, {{"verified", false}, {"stages", json::array()}}, false);
+  EXPECT_EQ(e.determinism, Determinism::kVaries);
+}
+
 TEST(RecordVerdictFacts, NoNumericsEvidenceLeavesTheRecordAlone) {
   Record r;
   record_verdict_facts(r, {{"verified", false}, {"stages", json::array()}});
