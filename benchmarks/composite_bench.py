@@ -17,7 +17,7 @@ Phases, each its own process so the library's state is clean:
            compile time is reported apart).
 Per method: median ms of loss + backward (L2 flushed before each call, CUDA events:
 eager_ops.bench), peak memory allocated above what the logits and targets hold, and the loss and
-gradient against eager's. The floor at COPY_BW: cross-entropy reads the logits twice and writes
+gradient against eager's. The floor at the GPU's copy bandwidth (eager_ops.copy_bw): cross-entropy reads the logits twice and writes
 their gradient once; RMSNorm reads x and writes y, then reads x and dy and writes dx.
 
     python3 benchmarks/composite_bench.py [--op rms_norm] --lib build/torch_ops/libkernelcraft.so \\
@@ -32,7 +32,6 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COPY_BW = 4.17e12   # bytes/s the H200's copy reaches (eager_ops.COPY_BW), where a row has no measured copy_bw
 
 
 def make_inputs(a, torch):
@@ -187,6 +186,8 @@ def main():
 
 def report(a, rows):
     el = 2 if a.autocast or a.dtype != "float32" else 4
+    sys.path.insert(0, HERE)
+    from eager_ops import COPY_BW
     bw = next((r["copy_bw"] for r in rows.values() if "copy_bw" in r), COPY_BW)   # measured on the GPU
     if a.op == "rms_norm":   # under autocast the pair reads fp32 copies: x twice, dy, writes y, dx
         el = 4 if a.autocast else el

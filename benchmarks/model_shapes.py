@@ -301,14 +301,10 @@ def load_rows(outs):
     return dict(sorted(rows.items(), key=lambda kv: rank(kv[0])))
 
 
-def copy_bws(rows):
-    """The copy bandwidths the rows were judged by, in TB/s (rows from before it was measured: the
-    H200's COPY_BW)."""
-    return ", ".join(sorted({f"{r.get('copy_bw', COPY_BW) / 1e12:.2f}" for by in rows.values() for r in by.values()}))
-
-
 def header(rows):
     seen = lambda k: ", ".join(sorted({r[k] for by in rows.values() for r in by.values()}))
+    # the copy bandwidths the rows were judged by (rows from before it was measured: the H200's)
+    bws = ", ".join(sorted({f"{r.get('copy_bw', COPY_BW) / 1e12:.2f}" for by in rows.values() for r in by.values()}))
     smoke = any(r["smoke"] for by in rows.values() for r in by.values())
     return [f"Date {seen('date')}; {seen('device_name')}; torch {seen('torch')}; kernelcraft commit "
             f"`{seen('commit')}`. `benchmarks/model_shapes.py`" + (" --smoke: tiny shapes, not performance "
@@ -316,7 +312,7 @@ def header(rows):
             "Timing: L2 flushed (256 MB write) before each call, CUDA events, median (CPU: perf_counter "
             "medians). kernelcraft: the library loaded, cache pre-warmed (record, evolve), read-only.",
             f"GB/s: bytes moved (lower bound; fwd+bwd adds an estimate of the backward) / kernelcraft time; "
-            f"% copy: of {copy_bws(rows)} TB/s (a 512 MiB copy measured on the GPU). kc vs X: X's time / "
+            f"% copy: of {bws} TB/s (a 512 MiB copy measured on the GPU). kc vs X: X's time / "
             "kernelcraft's (>1: kernelcraft faster). "
             "served: hits / intercepted calls in the timed calls (and bench's 3 warm-ups)."]
 

@@ -14,6 +14,8 @@
 //    each input element loaded once per row a thread);
 //  - strip (baked, knob `rows` > 1, where windows overlap along H): a thread also owns `rows`
 //    consecutive output rows, and each input row they share is loaded once.
+// The kernels' device sources: templates_cuda_pool_kernels.cpp and templates_cuda_pool_strip.cpp;
+// this file holds the knobs and the render.
 #include <set>
 
 #include "evolve/ops/pool.h"
@@ -25,220 +27,6 @@ namespace {
 
 using namespace cuda_tpl;
 using nlohmann::json;
-
-// The window of output o along one axis: [lo, hi) stepped by dil. Max: taps start at the first
-// one inside the input (eager steps a negative start by whole dilations); avg: the padded extent
-// is the count_include_pad divisor, then the window is clipped to the input.
-const char* kPoolWin = R"CU(
-__device__ __forceinline__ void kc_win(int o, int s, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
-  lo = o * s - p;
-  if constexpr (MAX) {
-    hi = min(lo + (k - 1) * dil + 1, n);
-    if (lo < 0) lo += ((-lo + dil - 1) / dil) * dil;
-    padded = 0;
-  } else {
-    hi = min(lo + k, n + p);
-    padded = hi - lo;
-    lo = max(lo, 0);
-    hi = min(hi, n);
-  }
-}
-)CU";
-
-// Adaptive windows [floor(o n / on), ceil((o + 1) n / on)) in 64-bit products, the same signature
-// with the output count in the stride's slot (adaptive renders pass it there), so the kernel
-// below serves both and the max / avg sources stay byte for byte what they were.
-const char* kAdaptiveWin = R"CU(
-__device__ __forceinline__ void kc_win(int o, int on, int p, int k, int dil, int n, int& lo, int& hi, int& padded) {
-  lo = (int)((long long)o * n / on);
-  hi = (int)(((long long)(o + 1) * n + on - 1) / on);
-  padded = hi - lo;
-}
-)CU";
-
-const char* kPoolKernel = R"CU(extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
-    long long rows, int IT, int IH, int IW, int OT, int OH, int OW, int kT, int kH, int kW, int sT, int sH, int sW,
-    int pT, int pH, int pW, int dT, int dH, int dW, int divisor, int include_pad) {
-  const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
-  const long long step = GS ? (long long)gridDim.x * NT : total;
-  for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    long long row, plane;
-    int oc, oh, ot;
-    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (most calls)
-      const unsigned u = (unsigned)it, r = u / (unsigned)owc, r2 = r / (unsigned)OH;
-      row = r; oc = (int)(u - r * (unsigned)owc); oh = (int)(r - r2 * (unsigned)OH);
-      plane = r2 / (unsigned)OT; ot = (int)(r2 - (unsigned)plane * (unsigned)OT);
-    } else {
-      row = it / owc; oc = (int)(it - row * owc);
-      const long long r2 = row / OH;
-      oh = (int)(row - r2 * OH); plane = r2 / OT; ot = (int)(r2 - plane * OT);
-    }
-    const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
-    int t0, t1, tn, h0, h1, hn;
-    kc_win(ot, sT, pT, kT, dT, IT, t0, t1, tn);
-    kc_win(oh, sH, pH, kH, dH, IH, h0, h1, hn);
-    const int ow0 = oc * VPT;
-    int w0[VPT], w1[VPT], wn[VPT];
-    float acc[VPT];
-    long long best[VPT];
-#pragma unroll
-    for (int v = 0; v < VPT; ++v) {
-      kc_win(min(ow0 + v, OW - 1), sW, pW, kW, dW, IW, w0[v], w1[v], wn[v]);
-      acc[v] = MAX ? -KC_INF : 0.f;
-      best[v] = ((long long)t0 * IH + h0) * IW + w0[v];   // eager's index when nothing beats -inf
-    }
-    for (int t = t0; t < t1; t += dT)
-      for (int h = h0; h < h1; h += dH) {
-        const long long base = ((long long)t * IH + h) * IW;
-        const T* __restrict__ rp = xp + base;
-#pragma unroll
-        for (int v = 0; v < VPT; ++v)
-          for (int w = w0[v]; w < w1[v]; w += dW) {
-            const float val = ld(rp[w]);
-            if constexpr (MAX) {
-              // First index on ties (strictly greater), the last NaN wins: eager's order.
-              if (val > acc[v] || val != val) { acc[v] = val; best[v] = base + w; }
-            } else {
-              acc[v] += val;
-            }
-          }
-      }
-    const long long ob = row * OW + ow0;
-#pragma unroll
-    for (int v = 0; v < VPT; ++v) {
-      if (ow0 + v >= OW) break;
-      if constexpr (MAX) {
-        out[ob + v] = st(acc[v]);
-        KC_IDX_STORE(ob + v, best[v]);
-      } else {
-        const int cnt = divisor ? divisor : include_pad ? tn * hn * wn[v] : (t1 - t0) * (h1 - h0) * (w1[v] - w0[v]);
-        out[ob + v] = st(acc[v] / (float)cnt);
-      }
-    }
-  }
-}
-)CU";
-
-// The baked kernel: the window constants KT..DW, DIVISOR and INCLUDE_PAD come from the render, so
-// each tap loop has a constant trip count (taps past the clipped window are skipped by a compare,
-// not a loop exit) and fully unrolls, its loads independent of each other. The same taps in the
-// same order as the runtime kernel (t, h, then w ascending), so max's first-index-on-ties and
-// last-NaN-wins and avg's fp32 sum are unchanged. Output v of a thread is column ow[v]: IL puts
-// lane l of a warp on column base + l for every v, so each load and store is coalesced; otherwise
-// the VPT columns are consecutive, which REGS needs: the row span of all VPT windows is loaded once
-// into registers, padded with the reduction's identity (-inf never beats -inf or a value and is no
-// NaN, 0 adds exactly to a sum that starts at +0), and every tap reads its register.
-// One tap of the baked and strip kernels (the runtime kernel inlines it).
-const char* kPoolTake = R"CU(
-__device__ __forceinline__ void kc_take(float& acc, long long& best, float val, long long i) {
-  if constexpr (MAX) {
-    if (val > acc || val != val) { acc = val; best = i; }   // first index on ties, the last NaN wins
-  } else {
-    acc += val;
-  }
-}
-)CU";
-
-// The row span of a thread's VPT consecutive windows in registers (REGS; the baked and strip
-// kernels): r[OFF + j] is input column c0 + j within the span, the reduction's identity outside the
-// row. The span is read from the column OFF before c0 in vectors of VL elements (knob `vl`): c0 is
-// oc * VPT * SW - PW, so with VPT * SW a multiple of VL every vector starts VL-aligned (the row
-// length too, and the input's start is 16-byte aligned), and a thread issues NSPAN / VL loads a
-// row instead of one a column. A vector not wholly inside the row is read element by element.
-// VL 1 is the plain element-by-element span.
-const char* kPoolSpan = R"CU(
-struct alignas(sizeof(T) * VL) KcVl { T v[VL]; };
-__device__ __forceinline__ void kc_span(const T* __restrict__ rp, int IW, int c0, float* r) {
-  const float id = MAX ? -KC_INF : 0.f;
-#pragma unroll
-  for (int q = 0; q < NSPAN / VL; ++q) {
-    const int a = c0 - OFF + q * VL;
-    if (VL > 1 && a >= 0 && a + VL <= IW) {
-      const KcVl u = *reinterpret_cast<const KcVl*>(rp + a);
-#pragma unroll
-      for (int e = 0; e < VL; ++e) r[q * VL + e] = ld(u.v[e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < VL; ++e) r[q * VL + e] = (unsigned)(a + e) < (unsigned)IW ? ld(rp[a + e]) : id;
-    }
-  }
-}
-)CU";
-
-const char* kPoolBakedKernel = R"CU(__device__ __forceinline__ void kc_row(const T* __restrict__ rp, long long base, int IW, int c0, const int* w0,
-                                       const int* w1, float* acc, long long* best) {
-  if constexpr (REGS) {
-    float r[NSPAN];
-    kc_span(rp, IW, c0, r);
-#pragma unroll
-    for (int v = 0; v < VPT; ++v)
-#pragma unroll
-      for (int j = 0; j < KW; ++j) kc_take(acc[v], best[v], r[OFF + v * SW + j * DW], base + c0 + v * SW + j * DW);
-  } else {
-#pragma unroll
-    for (int v = 0; v < VPT; ++v)
-#pragma unroll
-      for (int j = 0; j < KW; ++j) {
-        const int w = w0[v] + j * DW;
-        if (w < w1[v]) kc_take(acc[v], best[v], ld(rp[w]), base + w);
-      }
-  }
-}
-extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, KC_IDX_PARAM const T* __restrict__ x,
-    long long rows, int IT, int IH, int IW, int OT, int OH, int OW) {
-  const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
-  const long long step = GS ? (long long)gridDim.x * NT : total;
-  for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    long long row, plane;
-    int oc, oh, ot;
-    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (most calls)
-      const unsigned u = (unsigned)it, r = u / (unsigned)owc, r2 = r / (unsigned)OH;
-      row = r; oc = (int)(u - r * (unsigned)owc); oh = (int)(r - r2 * (unsigned)OH);
-      plane = r2 / (unsigned)OT; ot = (int)(r2 - (unsigned)plane * (unsigned)OT);
-    } else {
-      row = it / owc; oc = (int)(it - row * owc);
-      const long long r2 = row / OH;
-      oh = (int)(row - r2 * OH); plane = r2 / OT; ot = (int)(r2 - plane * OT);
-    }
-    const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
-    int t0, t1, tn, h0, h1, hn, ow[VPT], w0[VPT], w1[VPT], wn[VPT];
-    kc_win(ot, ST, PT, KT, DT, IT, t0, t1, tn);
-    kc_win(oh, SH, PH, KH, DH, IH, h0, h1, hn);
-    float acc[VPT];
-    long long best[VPT];
-#pragma unroll
-    for (int v = 0; v < VPT; ++v) {
-      ow[v] = IL ? oc + v * (int)owc : oc * VPT + v;
-      kc_win(min(ow[v], OW - 1), SW, PW, KW, DW, IW, w0[v], w1[v], wn[v]);
-      acc[v] = MAX ? -KC_INF : 0.f;
-      best[v] = ((long long)t0 * IH + h0) * IW + w0[v];   // eager's index when nothing beats -inf
-    }
-#pragma unroll
-    for (int jt = 0; jt < KT; ++jt) {
-      const int t = t0 + jt * DT;
-#pragma unroll
-      for (int jh = 0; jh < KH; ++jh) {
-        const int h = h0 + jh * DH;
-        if (t >= t1 || h >= h1) continue;
-        const long long base = ((long long)t * IH + h) * IW;
-        kc_row(xp + base, base, IW, oc * VPT * SW - PW, w0, w1, acc, best);
-      }
-    }
-    const long long ob = row * OW;
-#pragma unroll
-    for (int v = 0; v < VPT; ++v) {
-      if (ow[v] >= OW) continue;
-      if constexpr (MAX) {
-        out[ob + ow[v]] = st(acc[v]);
-        KC_IDX_STORE(ob + ow[v], best[v]);
-      } else {
-        const int cnt = DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn * wn[v] : (t1 - t0) * (h1 - h0) * (w1[v] - w0[v]);
-        out[ob + ow[v]] = st(acc[v] / (float)cnt);
-      }
-    }
-  }
-}
-)CU";
 
 // Registers the REGS row span may take (floats a thread).
 constexpr int64_t kMaxSpan = 32;
@@ -252,7 +40,7 @@ bool bakeable(const PoolGeom& g) { return !g.adaptive && g.k[0] * g.k[1] * g.k[2
 // The input columns one row of VPT consecutive windows covers along W.
 int64_t row_span(const PoolGeom& g, int64_t vpt) { return (vpt - 1) * g.s[2] + (g.k[2] - 1) * g.d[2] + 1; }
 
-// A register span read in vectors of vl elements (kPoolSpan): it starts off = (-PW) mod vl columns
+// A register span read in vectors of vl elements (kc_span): it starts off = (-PW) mod vl columns
 // before a thread's first (vl-aligned, as vpt * SW is a multiple of vl) and takes nspan registers.
 struct SpanLayout {
   int64_t off, nspan;
@@ -262,11 +50,14 @@ SpanLayout span_layout(const PoolGeom& g, int64_t vpt, int64_t vl) {
   return {off, (off + row_span(g, vpt) + vl - 1) / vl * vl};
 }
 
+// Whether a thread's span of vpt outputs starts vl-aligned: its first column moves by vpt * SW.
+bool span_aligned(const PoolGeom& g, int64_t vpt, int64_t vl) { return (vpt * g.s[2]) % vl == 0; }
+
 // The widest vector of the input's row that a thread of vpt outputs starts aligned on (1: none).
 int64_t widest_aligned(const OpCall& c, const PoolGeom& g, int64_t vpt) {
   int64_t vl = 1;
   for (int64_t v : vec_values(c.inputs[0].dtype, g.in[2]))
-    if ((vpt * g.s[2]) % v == 0) vl = v;
+    if (span_aligned(g, vpt, v)) vl = v;
   return vl;
 }
 
@@ -311,7 +102,7 @@ class PoolTemplate : public Template {
     const int64_t vdef = strip && g.out[2] >= 4 ? 4 : vpt.size() > 1 ? 2 : 1;
     std::vector<KnobDim> sp = {{"bake", {1, 0}}, {"threads", {256, 128, 512, 64, 1024}}, {"vpt", with_default(vpt, vdef)},
                                {"il", {1, 0}}};
-    // A register span is also offered where vector loads can fill it (`vl`, see kPoolSpan): a
+    // A register span is also offered where vector loads can fill it (`vl`, see kc_span in templates_cuda_pool_kernels.cpp): a
     // stride-2 window of 2 then reads its row's span in one 16-byte load per VPT outputs.
     // The vector lengths dividing the input row (every row then starts aligned), up to 16 bytes.
     const std::vector<int64_t> vls = vec_values(c.inputs[0].dtype, g.in[2]);
@@ -342,7 +133,7 @@ class PoolTemplate : public Template {
     for (int64_t v : {2, 4, 8})
       for (int64_t w : vec_values(c.inputs[0].dtype, g.in[2])) {
         const int64_t n = span_layout(g, v, w).nspan;
-        if (v > g.out[2] || w == 1 || (v * g.s[2]) % w != 0 || n > kMaxSpan) continue;
+        if (v > g.out[2] || w == 1 || !span_aligned(g, v, w) || n > kMaxSpan) continue;
         if (!fits || n * best_vl * best_v < best_n * w * v) best_v = v, best_vl = w, best_n = n, fits = true;
       }
     if (fits && (best_v != vpt || best_vl != vl)) out.push_back({{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", best_v}, {"vl", best_vl}});
@@ -373,7 +164,7 @@ class PoolTemplate : public Template {
     if (k.count("rows") && !bake) k["rows"] = 1;
     const int64_t nt = k.at("threads"), vpt = k.at("vpt"), rows = k.count("rows") ? k.at("rows") : 1;
     const int64_t vl = k.count("vl") ? k.at("vl") : 1;
-    if (vl > 1 && (vpt * g.s[2]) % vl != 0)
+    if (!span_aligned(g, vpt, vl))
       return unsupported("vectors of " + S(vl) + " do not start aligned when a thread's outputs span " + S(vpt * g.s[2]));
     const int64_t nspan = span_layout(g, vpt, vl).nspan;
     if (bake && k.at("regs") && nspan > kMaxSpan)
@@ -389,8 +180,8 @@ class PoolTemplate : public Template {
                       (bake ? baked_consts(g, k) : "") + (rows > 1 ? "constexpr int ROWS = " + S(rows) + ";\n" : "") +
                       (g.indices ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
-                      (g.adaptive ? kAdaptiveWin : kPoolWin) +
-                      (bake ? std::string(kPoolTake) + kPoolSpan : "") + with_entry(rows > 1 ? pool_strip_kernel() : bake ? kPoolBakedKernel : kPoolKernel, entry);
+                      pool_window(g.adaptive) + (bake ? pool_take_and_span() : "") +
+                      with_entry(rows > 1 ? pool_strip_kernel() : bake ? pool_baked_kernel() : pool_runtime_kernel(), entry);
     const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
                                            S(rows) + ") * ceil_div(size(out0, -1), " + S(vpt) + ")"
                                      : "(numel(out0) / size(out0, -1)) * ceil_div(size(out0, -1), " + S(vpt) + ")";
@@ -430,7 +221,7 @@ class PoolTemplate : public Template {
     // The window lists, resolved per axis at render time (the spec cannot index a list scalar).
     for (const int64_t* v : {g.k, g.s, g.p, g.d})
       for (int a = 0; a < 3; ++a)
-        if (v == g.s && g.adaptive)   // the output size in the stride's slot (kAdaptiveWin)
+        if (v == g.s && g.adaptive)   // the output size in the stride's slot (pool_window)
           args.push_back(a == 0 ? (d3 ? "i32:size(out0, -3)" : "i32:1") : "i32:size(out0, " + S(a - 3) + ")");
         else
           args.push_back("i32:" + S(v[a]));

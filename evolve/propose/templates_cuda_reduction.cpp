@@ -106,19 +106,22 @@ __device__ __forceinline__ S kc_fold_row(const T* __restrict__ row, long long lo
   }
   return a;
 }
-// Row `row` of a grid of RPB rows a block, groups of G threads: a warp holds 32 / G rows when
-// G <= 32 (short rows), a row past the end folds nothing but its warp still shuffles as a whole.
-__device__ __forceinline__ long long kc_row_of(int& t) {
+// This thread's row of M (RPB rows a block, groups of G threads) and its index t in the group;
+// false when its whole warp is past the end. A warp holds 32 / G rows when G < 32 (short rows), so
+// a row past the end within it is not `live`: it folds nothing, but its lanes still shuffle.
+__device__ __forceinline__ bool kc_row_of(long long M, int& t, long long& row, bool& live) {
   t = G <= 32 ? (int)(threadIdx.x & (G - 1)) : (int)threadIdx.x;
-  return (long long)blockIdx.x * RPB + threadIdx.x / G;
+  row = (long long)blockIdx.x * RPB + threadIdx.x / G;
+  live = row < M;
+  return row - (G < 32 ? (threadIdx.x & 31) / G : 0) < M;   // a block row always exists
 }
 extern "C" __global__ void __launch_bounds__(NT) kc_red_rows(KC_OUT_PARAMS, const T* __restrict__ x, long long M,
                                                              long long R) {
   __shared__ S sh[32];
   int t;
-  const long long row = kc_row_of(t);
-  if (row - (G < 32 ? (threadIdx.x & 31) / G : 0) >= M) return;   // whole warps only; a block row always exists
-  const bool live = row < M;
+  long long row;
+  bool live;
+  if (!kc_row_of(M, t, row, live)) return;
   const S a = kc_group(kc_fold_row(x + (live ? row : 0) * R, 0, live ? R : 0, t), sh);
   if (t == 0 && live) kc_store(KC_OUT_ARGS, row, a);
 }
@@ -211,9 +214,9 @@ extern "C" __global__ void __launch_bounds__(NT) kc_red_seg_part(S* __restrict__
                                                                  long long M, long long R1, long long R2) {
   __shared__ S sh[32];
   int t;
-  const long long row = kc_row_of(t);
-  if (row - (G < 32 ? (threadIdx.x & 31) / G : 0) >= M * R1) return;   // whole warps only (kc_red_rows)
-  const bool live = row < M * R1;
+  long long row;
+  bool live;
+  if (!kc_row_of(M * R1, t, row, live)) return;
   const S a = kc_group(kc_fold_row(x + (live ? row : 0) * R2, 0, live ? R2 : 0, t), sh);
   if (t == 0 && live) part[(row % M) * R1 + row / M] = a;
 }
