@@ -33,6 +33,19 @@ __device__ __forceinline__ bool kc_better(float a, long long ia, float b, long l
 }
 __device__ __forceinline__ void kc_add(S& s, float v, long long j) { if (kc_better(v, j, s.v, s.i)) { s.v = v; s.i = j; } }
 __device__ __forceinline__ void kc_merge(S& a, const S& b) { if (kc_better(b.v, b.i, a.v, a.i)) a = b; }
+// A chunk (indices rising with q): its best by float compares alone, strict so the first of equal
+// values stays and the first NaN is never replaced, then one indexed merge. Element by element,
+// kc_better's 64-bit index compares made min.dim over rows of 1023 bf16 compute-bound (92% of
+// the SM's issue on an H100).
+#define KC_ADD_N 1
+template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], int nq, J j) {
+  float v = f[0];
+  int p = 0;
+#pragma unroll
+  for (int q = 1; q < N; ++q)
+    if (q < nq && v == v && (f[q] )CU" + std::string(cmp) + R"CU( v || f[q] != f[q])) { v = f[q]; p = q; }
+  kc_add(a, v, j(p));
+}
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.v, o), __shfl_down_sync(0xffffffffu, s.i, o)};
 }
@@ -67,17 +80,38 @@ __device__ __forceinline__ void kc_merge(S& a, const S& b) {
 // Welford is a serial chain with a division an element, which made var_mean compute-bound in bf16
 // (0.48x torch.compile on the H200); the chunk's two passes are also the more accurate.
 #define KC_ADD_N 1
-template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], J) {
+template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], int nq, J) {
+  const float w = 1.f / (float)nq;
   float m = 0.f;
 #pragma unroll
-  for (int q = 0; q < N; ++q) m += f[q] * (1.f / N);
+  for (int q = 0; q < N; ++q)
+    if (q < nq) m += f[q] * w;
   float sq = 0.f;
 #pragma unroll
-  for (int q = 0; q < N; ++q) { const float d = f[q] - m; sq = fmaf(d, d, sq); }
-  kc_merge(a, S{(float)N, m, sq});
+  for (int q = 0; q < N; ++q)
+    if (q < nq) { const float d = f[q] - m; sq = fmaf(d, d, sq); }
+  kc_merge(a, S{(float)nq, m, sq});
 }
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.n, o), __shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.q, o)};
+}
+// A warp's group of WL lanes in three sums instead of five merges (a division and branches each):
+// the count, the mean weighted by each lane's share (no n * m to overflow), then each lane's
+// squared deviations from that mean plus n (m_i - mean)^2, the parallel formula's exact terms.
+// Every lane computes the same; an empty group is the empty state.
+#define KC_WARP 1
+__device__ __forceinline__ S kc_warp(S a) {
+  float n = a.n;
+#pragma unroll
+  for (int o = WL / 2; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+  float m = a.n == 0.f ? 0.f : a.m * (a.n / n);
+#pragma unroll
+  for (int o = WL / 2; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+  const float d = a.m - m;
+  float q = a.n == 0.f ? 0.f : a.q + a.n * d * d;
+#pragma unroll
+  for (int o = WL / 2; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+  return n == 0.f ? S{0.f, 0.f, 0.f} : S{n, m, q};
 }
 __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) {
   const float div = fmaxf(s.n - )CU") + corr + R"CU(, 0.f);
@@ -109,13 +143,15 @@ __device__ __forceinline__ void kc_merge(S& a, const S& b) {
 // A chunk: its max first (independent of the running state), one exp a value, one merge; a NaN
 // (which fmaxf skips) reaches the sum through its exp.
 #define KC_ADD_N 1
-template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], J) {
+template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const float (&f)[N], int nq, J) {
   float m = f[0];
 #pragma unroll
-  for (int q = 1; q < N; ++q) m = fmaxf(m, f[q]);
+  for (int q = 1; q < N; ++q)
+    if (q < nq) m = fmaxf(m, f[q]);
   float s = 0.f;
 #pragma unroll
-  for (int q = 0; q < N; ++q) s += f[q] == m ? 1.f : kc_exp(f[q] - m);
+  for (int q = 0; q < N; ++q)
+    if (q < nq) s += f[q] == m ? 1.f : kc_exp(f[q] - m);
   kc_merge(a, S{m, s});
 }
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {

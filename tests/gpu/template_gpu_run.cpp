@@ -354,6 +354,10 @@ void time_candidates(Gpu& g, const OpCall& c, const std::vector<Knobs>& knobs, d
     ctx.stream = g.stream;
     TimingOptions o;
     o.budget_ms = budget_ms;
+    if (std::getenv("KC_TIMING_ONCE")) {   // under a profiler (ncu): two launches a setting, not hundreds
+      o.warmup = 1;
+      o.min_reps = o.max_reps = 1;
+    }
     auto tm = time_cuda(g.stream, [&] { return l.value()->run(all.data(), ctx); }, o);
     ASSERT_TRUE(tm.is_ok()) << tm.status().to_string();
     out.push_back({kn, r->id(), tm->median_ms});

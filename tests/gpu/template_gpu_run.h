@@ -65,7 +65,8 @@ struct Timed {
   double median_ms = 0;
 };
 // Times the candidate of `c` at each setting of `knobs` on zeroed inputs into `out` (settings its
-// template refuses are skipped); a failed compile, load or timing fails the test.
+// template refuses are skipped); a failed compile, load or timing fails the test. KC_TIMING_ONCE
+// set in the environment: one warm-up and one timed launch a setting (for ncu).
 void time_candidates(Gpu& g, const OpCall& c, const std::vector<Knobs>& knobs, double budget_ms, std::vector<Timed>& out);
 
 }  // namespace kc::evolve::gpu_run

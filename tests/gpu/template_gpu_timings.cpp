@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -124,6 +125,32 @@ TEST_F(Gpu, TimingsPoolVar) {
       for (const gpu_run::Timed& tm : timed)
         std::printf("%-14s %-4s %-24s %-80s %8.4f ms  %6.0f GB/s\n", op_info(t.op).name, dtype_name(dt),
                     json(t.sizes).dump().c_str(), tm.id.c_str(), tm.median_ms, bytes / (tm.median_ms * 1e6));
+    }
+}
+
+// Reductions of (16, 4096, 1023), the single-op shape whose odd extent misaligns every row: over
+// the last dim (rows kernels: a misaligned head and tail, vectors between) and over dim 1 (column
+// kernels, where 1023 columns allow no vectors), where several trailed torch.compile (docs/PERF.md).
+// Printed only; `KC_TIMING_ONCE=1 ncu -k regex:kc_red ...` profiles each setting once.
+TEST_F(Gpu, TimingsOddReductions) {
+  const double r = 16.0 * 4096 * 1023;
+  const std::vector<Knobs> rows = {{}, {{"vec", 1}}, {{"vec", 2}}, {{"unroll", 1}}, {{"unroll", 2}}, {{"threads", 64}}};
+  const std::vector<Knobs> cols = {{}, {{"split", 0}}, {{"tx", 32}, {"ty", 8}}, {{"tx", 128}, {"ty", 8}}, {{"unroll", 8}}};
+  const std::vector<std::tuple<OpId, int, std::vector<Knobs>>> ts = {
+      {OpId::kVarMean, -1, rows}, {OpId::kMean, -1, rows},  {OpId::kMin, -1, rows}, {OpId::kSum, 1, cols},
+      {OpId::kVar, 1, cols},      {OpId::kProd, 1, cols},   {OpId::kAmax, 1, cols},
+  };
+  for (DType dt : {DType::kBF16, DType::kF32})
+    for (const auto& [op, dim, knobs] : ts) {
+      auto cr = make_call(op, {16, 4096, 1023}, dt, BackendKind::kCuda, {{"dim", dim}});
+      ASSERT_TRUE(cr.is_ok()) << cr.status().to_string();
+      std::vector<gpu_run::Timed> timed;
+      gpu_run::time_candidates(*this, cr.value(), knobs, 200, timed);
+      ASSERT_FALSE(HasFatalFailure());
+      const double bytes = r * (dt == DType::kF32 ? 4 : 2);
+      for (const gpu_run::Timed& tm : timed)
+        std::printf("%-10s dim %2d %-4s %-80s %8.4f ms  %6.0f GB/s\n", op_info(op).name, dim, dtype_name(dt), tm.id.c_str(),
+                    tm.median_ms, bytes / (tm.median_ms * 1e6));
     }
 }
 
