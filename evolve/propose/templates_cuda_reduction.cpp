@@ -269,19 +269,21 @@ bool red_call(const OpCall& c, RedCall& rc) {
 // Knobs. Rows (inner == 1): threads, rows (warps a block), vec, unroll, split. Columns: tx, ty,
 // vec (columns a thread), unroll, split.
 // The rows kernels' group and width for rows of n elements: threads, rows a block, vec.
-// Rows shorter than a vector a lane (global pooling's 7x7 planes, var over 49 elements) are also
-// offered groups of 4 to 16 lanes, several rows a warp: a warp of 32 lanes on a row of 49 floats
-// loads only 12 vectors at a time, so too few bytes are in flight to cover DRAM latency.
+// Short rows are also offered groups of 4 to 16 lanes, several rows a warp. Under 32 vectors a row
+// (global pooling's 7x7 planes, var over 49 elements) that is the default: a warp of 32 lanes on a
+// row of 49 floats loads only 12 vectors at a time, too few bytes in flight to cover DRAM latency.
+// Up to 512 vectors it is a choice: a warp's per-row work (the misaligned head and tail, the
+// shuffles, the store) is then shared by its rows, where rows of 1023 bf16 at a warp a row left
+// var_mean and min.dim issue-bound (79-92% of the SM's issue on an H100).
 void row_knobs(DType x, int64_t n, std::vector<KnobDim>& sp) {
   // Any width at any row length: the row kernels load a misaligned head and tail one by one.
   auto vecs = vec_values(x, 8);
   const int64_t vec = vecs.back();
   int64_t nt = std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 8)), 32, 1024);
   std::vector<int64_t> threads = {32, 64, 128, 256, 512, 1024};
-  if (n / vec < 32) {   // about two vectors a lane, and at least a vector's width of lanes (head / tail)
-    threads.insert(threads.begin(), {4, 8, 16});
+  if (n / vec < 512) threads.insert(threads.begin(), {4, 8, 16});
+  if (n / vec < 32)   // about two vectors a lane, and at least a vector's width of lanes (head / tail)
     nt = std::max(vec, std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 2)), 4, 32));
-  }
   sp.push_back({"threads", with_default(threads, nt)});
   sp.push_back({"rows", with_default({1, 2, 4, 8}, nt <= 32 ? 4 : 1)});
   sp.push_back({"vec", with_default(vecs, vec)});

@@ -134,7 +134,14 @@ TEST_F(Gpu, TimingsPoolVar) {
 // Printed only; `KC_TIMING_ONCE=1 ncu -k regex:kc_red ...` profiles each setting once.
 TEST_F(Gpu, TimingsOddReductions) {
   const double r = 16.0 * 4096 * 1023;
-  const std::vector<Knobs> rows = {{}, {{"vec", 1}}, {{"vec", 2}}, {{"unroll", 1}}, {{"unroll", 2}}, {{"threads", 64}}};
+  const std::vector<Knobs> rows = {{},
+                                   {{"unroll", 2}},
+                                   {{"threads", 64}},
+                                   {{"threads", 16}},
+                                   {{"threads", 16}, {"unroll", 2}},
+                                   {{"threads", 8}},
+                                   {{"threads", 8}, {"unroll", 2}},
+                                   {{"threads", 16}, {"rows", 8}}};
   const std::vector<Knobs> cols = {{}, {{"split", 0}}, {{"tx", 32}, {"ty", 8}}, {{"tx", 128}, {"ty", 8}}, {{"unroll", 8}}};
   const std::vector<std::tuple<OpId, int, std::vector<Knobs>>> ts = {
       {OpId::kVarMean, -1, rows}, {OpId::kMean, -1, rows},  {OpId::kMin, -1, rows}, {OpId::kSum, 1, cols},

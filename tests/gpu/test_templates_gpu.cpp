@@ -391,6 +391,8 @@ std::vector<Case> reduction_cases() {
     // Short rows in groups of fewer lanes than a warp (several rows a warp): 330 rows leave the
     // last warp of 8 (or 4) rows two live ones, which still shuffle with their dead neighbours.
     cs.push_back({op, {330, 49}, DType::kBF16, {{"dim", -1}}, 1, {{{"threads", 8}, {"vec", 8}}, {{"threads", 4}, {"vec", 4}}}});
+    // Longer rows in such groups (a choice up to 512 vectors): several rounds, a partial last one.
+    cs.push_back({op, {99, 1023}, DType::kBF16, {{"dim", -1}}, 1, {{{"threads", 16}, {"vec", 8}, {"rows", 2}}, {{"threads", 8}, {"unroll", 2}}}});
     if (op == OpId::kMax || op == OpId::kMin || op == OpId::kProd) {   // one int dim; KernelBench's shape
       cs.push_back({op, {1 << 22}, DType::kF32, {{"dim", 0}}, 1});
       cs.push_back({op, {16, 256, 256}, DType::kF32, {{"dim", 1}, {"keepdim", true}}, 2});
