@@ -65,6 +65,23 @@ __device__ __forceinline__ T st(float f) {
 )CU";
 }
 
+// A pooling kernel's linear work index `it` (of `total`) over [plane][t < TN][h < HN][c < WC]
+// split into c, h, t and plane, with row = it / WC and pt = row / HN (the (plane, t) index).
+// 32-bit divisions where total fits, as in most calls: a 64-bit division is a long call.
+inline constexpr const char* kPoolCoords = R"CU(
+__device__ __forceinline__ void kc_coords(long long it, long long total, long long WC, int HN, int TN, long long& row,
+                                          long long& pt, long long& plane, int& c, int& h, int& t) {
+  if (total <= 0xffffffffll) {
+    const unsigned u = (unsigned)it, r = u / (unsigned)WC, r2 = r / (unsigned)HN, r3 = r2 / (unsigned)TN;
+    c = (int)(u - r * (unsigned)WC); h = (int)(r - r2 * (unsigned)HN); t = (int)(r2 - r3 * (unsigned)TN);
+    row = r; pt = r2; plane = r3;
+  } else {
+    row = it / WC; pt = row / HN; plane = pt / TN;
+    c = (int)(it - row * WC); h = (int)(row - pt * HN); t = (int)(pt - plane * TN);
+  }
+}
+)CU";
+
 // Reductions over a group of G threads owning one row: G == 32 is one warp (xor shuffles leave
 // the identical result in every lane), G > 32 is the whole block (warp shuffles, then every
 // thread folds the per-warp values from shared memory in the same order). The trailing barrier

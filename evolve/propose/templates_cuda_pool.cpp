@@ -180,7 +180,7 @@ class PoolTemplate : public Template {
                       (bake ? baked_consts(g, k) : "") + (rows > 1 ? "constexpr int ROWS = " + S(rows) + ";\n" : "") +
                       (g.indices ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                           : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
-                      pool_window(g.adaptive) + (bake ? pool_take_and_span() : "") +
+                      kPoolCoords + pool_window(g.adaptive) + (bake ? pool_take_and_span() : "") +
                       with_entry(rows > 1 ? pool_strip_kernel() : bake ? pool_baked_kernel() : pool_runtime_kernel(), entry);
     const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
                                            S(rows) + ") * ceil_div(size(out0, -1), " + S(vpt) + ")"

@@ -52,17 +52,9 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ gi, co
   const long long iwc = (IW + VPT - 1) / VPT, total = rows * iwc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
   for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    long long row, plane;
+    long long row, pt, plane;
     int ic, h, t;
-    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (most calls)
-      const unsigned u = (unsigned)it, r = u / (unsigned)iwc, r2 = r / (unsigned)IH;
-      row = r; ic = (int)(u - r * (unsigned)iwc); h = (int)(r - r2 * (unsigned)IH);
-      plane = r2 / (unsigned)IT; t = (int)(r2 - (unsigned)plane * (unsigned)IT);
-    } else {
-      row = it / iwc; ic = (int)(it - row * iwc);
-      const long long r2 = row / IH;
-      h = (int)(row - r2 * IH); plane = r2 / IT; t = (int)(r2 - plane * IT);
-    }
+    kc_coords(it, total, iwc, IH, IT, row, pt, plane, ic, h, t);
     const long long ob = plane * ((long long)OT * OH * OW);
     const T* __restrict__ dp = dy + ob;
     KC_IDX_PLANE
@@ -232,7 +224,7 @@ class PoolBackwardTemplate : public Template {
                       (g.max ? "#define KC_IDX_PARAM const long long* __restrict__ idx,\n"
                                "#define KC_IDX_PLANE const long long* __restrict__ ip = idx + ob;\n"
                              : "#define KC_IDX_PARAM\n#define KC_IDX_PLANE const long long* ip = nullptr; (void)ip;\n") +
-                      kWindowFns + with_entry(cl ? kChannelsLastBody : kRowBody, entry);
+                      kPoolCoords + kWindowFns + with_entry(cl ? kChannelsLastBody : kRowBody, entry);
     std::vector<std::string> args = {"ptr:out0", "ptr:grad_output"};
     if (g.max) args.push_back("ptr:indices");
     const bool d3 = g.nd == 3;

@@ -45,17 +45,9 @@ const char* kPoolKernel = R"CU(extern "C" __global__ void __launch_bounds__(NT) 
   const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
   for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    long long row, plane;
+    long long row, pt, plane;
     int oc, oh, ot;
-    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (most calls)
-      const unsigned u = (unsigned)it, r = u / (unsigned)owc, r2 = r / (unsigned)OH;
-      row = r; oc = (int)(u - r * (unsigned)owc); oh = (int)(r - r2 * (unsigned)OH);
-      plane = r2 / (unsigned)OT; ot = (int)(r2 - (unsigned)plane * (unsigned)OT);
-    } else {
-      row = it / owc; oc = (int)(it - row * owc);
-      const long long r2 = row / OH;
-      oh = (int)(row - r2 * OH); plane = r2 / OT; ot = (int)(r2 - plane * OT);
-    }
+    kc_coords(it, total, owc, OH, OT, row, pt, plane, oc, oh, ot);
     const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
     int t0, t1, tn, h0, h1, hn;
     kc_win(ot, sT, pT, kT, dT, IT, t0, t1, tn);
@@ -172,17 +164,9 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
   const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
   for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    long long row, plane;
+    long long row, pt, plane;
     int oc, oh, ot;
-    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (most calls)
-      const unsigned u = (unsigned)it, r = u / (unsigned)owc, r2 = r / (unsigned)OH;
-      row = r; oc = (int)(u - r * (unsigned)owc); oh = (int)(r - r2 * (unsigned)OH);
-      plane = r2 / (unsigned)OT; ot = (int)(r2 - (unsigned)plane * (unsigned)OT);
-    } else {
-      row = it / owc; oc = (int)(it - row * owc);
-      const long long r2 = row / OH;
-      oh = (int)(row - r2 * OH); plane = r2 / OT; ot = (int)(r2 - plane * OT);
-    }
+    kc_coords(it, total, owc, OH, OT, row, pt, plane, oc, oh, ot);
     const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
     int t0, t1, tn, h0, h1, hn, ow[VPT], w0[VPT], w1[VPT], wn[VPT];
     kc_win(ot, ST, PT, KT, DT, IT, t0, t1, tn);

@@ -54,17 +54,10 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
   const long long owc = (OW + VPT - 1) / VPT, ohc = (OH + ROWS - 1) / ROWS, total = rows / OH * ohc * owc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
   for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
-    long long pt, plane;   // pt: the (plane, t) of the strip
+    long long r1, pt, plane;   // pt: the (plane, t) of the strip
     int oc, oh0, ot;
-    if (total <= 0xffffffffll) {   // 32-bit divisions where they suffice (a 64-bit one is a long call)
-      const unsigned u = (unsigned)it, q1 = u / (unsigned)owc, q2 = q1 / (unsigned)ohc, q3 = q2 / (unsigned)OT;
-      oc = (int)(u - q1 * (unsigned)owc); oh0 = (int)(q1 - q2 * (unsigned)ohc) * ROWS; ot = (int)(q2 - q3 * (unsigned)OT);
-      pt = q2; plane = q3;
-    } else {
-      const long long r1 = it / owc;
-      pt = r1 / ohc; plane = pt / OT;
-      oc = (int)(it - r1 * owc); oh0 = (int)(r1 - pt * ohc) * ROWS; ot = (int)(pt - plane * OT);
-    }
+    kc_coords(it, total, owc, (int)ohc, OT, r1, pt, plane, oc, oh0, ot);
+    oh0 *= ROWS;
     const T* __restrict__ xp = x + plane * ((long long)IT * IH * IW);
     int t0, t1, tn, h0[ROWS], h1[ROWS], hn[ROWS], ow[VPT], w0[VPT], w1[VPT], wn[VPT];
     kc_win(ot, ST, PT, KT, DT, IT, t0, t1, tn);
