@@ -49,12 +49,12 @@ template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const f
     if (q < nq) kc_add(a, f[q], j(q));
 }
 #endif
-// The state of a warp's group of WL lanes, valid in its first lane; a state whose merge is costly
-// defines its own (KC_WARP).
+// The state of a group of W lanes (a row's WL; the finishing merge's whole warp), valid in its
+// first lane; a state whose merge is costly defines its own (KC_WARP).
 #ifndef KC_WARP
-__device__ __forceinline__ S kc_warp(S a) {
+template <int W = WL> __device__ __forceinline__ S kc_warp(S a) {
 #pragma unroll
-  for (int o = WL / 2; o > 0; o >>= 1) { const S b = kc_shfl(a, o); kc_merge(a, b); }
+  for (int o = W / 2; o > 0; o >>= 1) { const S b = kc_shfl(a, o); kc_merge(a, b); }
   return a;
 }
 #endif
@@ -149,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(256) kc_red_finish(KC_OUT_PARAMS, c
   const int lane = threadIdx.x & 31;
   S a = kc_init();
   for (int q = lane; q < SP; q += 32) kc_merge(a, part[o * SP + q]);
-  a = kc_warp(a);
+  a = kc_warp<32>(a);   // every lane's states, whatever the rows' group width WL
   if (lane == 0) kc_store(KC_OUT_ARGS, o, a);
 }
 struct alignas(sizeof(T) * VB) VW { T v[VB]; };

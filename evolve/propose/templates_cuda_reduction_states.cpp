@@ -95,22 +95,22 @@ template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const f
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.n, o), __shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.q, o)};
 }
-// A warp's group of WL lanes in three sums instead of five merges (a division and branches each):
+// A group of W lanes in three sums instead of five merges (a division and branches each):
 // the count, the mean weighted by each lane's share (no n * m to overflow), then each lane's
 // squared deviations from that mean plus n (m_i - mean)^2, the parallel formula's exact terms.
 // Every lane computes the same; an empty group is the empty state.
 #define KC_WARP 1
-__device__ __forceinline__ S kc_warp(S a) {
+template <int W = WL> __device__ __forceinline__ S kc_warp(S a) {
   float n = a.n;
 #pragma unroll
-  for (int o = WL / 2; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+  for (int o = W / 2; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
   float m = a.n == 0.f ? 0.f : a.m * (a.n / n);
 #pragma unroll
-  for (int o = WL / 2; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+  for (int o = W / 2; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
   const float d = a.m - m;
   float q = a.n == 0.f ? 0.f : a.q + a.n * d * d;
 #pragma unroll
-  for (int o = WL / 2; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+  for (int o = W / 2; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
   return n == 0.f ? S{0.f, 0.f, 0.f} : S{n, m, q};
 }
 __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) {
@@ -157,17 +157,17 @@ template <int N, class J> __device__ __forceinline__ void kc_add_n(S& a, const f
 __device__ __forceinline__ S kc_shfl(const S& s, int o) {
   return S{__shfl_down_sync(0xffffffffu, s.m, o), __shfl_down_sync(0xffffffffu, s.s, o)};
 }
-// A warp's group of WL lanes in two cheap steps instead of five merges (an exp and branches each): the largest max
+// A group of W lanes in two cheap steps instead of five merges (an exp and branches each): the largest max
 // by shuffles, then every lane's sum rescaled to it once and added by shuffles. A lane at that
 // max (+inf among them) is not rescaled; an empty lane adds 0 * exp(-inf) = 0.
 #define KC_WARP 1
-__device__ __forceinline__ S kc_warp(S a) {
+template <int W = WL> __device__ __forceinline__ S kc_warp(S a) {
   float m = a.m;
 #pragma unroll
-  for (int o = WL / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = W / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   float s = a.m == m ? a.s : a.s * kc_exp(a.m - m);
 #pragma unroll
-  for (int o = WL / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  for (int o = W / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   return S{m, s};
 }
 __device__ __forceinline__ void kc_store(KC_OUT_PARAMS, long long o, const S& s) { out0[o] = sto(s.m + logf(s.s)); }

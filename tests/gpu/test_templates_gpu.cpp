@@ -408,10 +408,12 @@ std::vector<Case> reduction_cases() {
   // Two runs around the kept dims: NCHW batch-norm statistics, odd and short inner runs, halves.
   for (OpId op : {OpId::kSum, OpId::kMean, OpId::kAmax, OpId::kAmin, OpId::kVar, OpId::kStd, OpId::kVarMean,
                   OpId::kStdMean, OpId::kVectorNorm, OpId::kLogsumexp}) {
-    cs.push_back({op, {16, 64, 28, 28}, DType::kF32, {{"dim", {0, 2, 3}}}, 2, {{{"threads", 32}, {"rows", 8}}}});
+    cs.push_back({op, {16, 64, 28, 28}, DType::kF32, {{"dim", {0, 2, 3}}}, 2, {{{"threads", 32}, {"rows", 8}}, {{"threads", 8}, {"rows", 1}, {"unroll", 2}, {"vec", 2}}}});
     cs.push_back({op, {7, 33, 5, 9}, DType::kBF16, {{"dim", {0, 2, 3}}, {"keepdim", true}}, 1, {{{"vec", 8}}}});
     cs.push_back({op, {3, 40, 1001}, DType::kF16, {{"dim", {0, 2}}}, 1, {{{"threads", 256}}}});
     cs.push_back({op, {3, 67, 7, 7}, DType::kF32, {{"dim", {0, 2, 3}}}, 1, {{{"threads", 4}, {"vec", 4}, {"rows", 1}}}});
+    // More runs to merge (12) than a group has lanes: the finishing warp merges them all.
+    cs.push_back({op, {12, 5, 40}, DType::kF32, {{"dim", {0, 2}}}, 1, {{{"threads", 4}, {"vec", 4}, {"rows", 1}}, {{"threads", 8}, {"unroll", 2}}}});
   }
   cs.push_back({OpId::kMean, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
   cs.push_back({OpId::kProd, {32, 4096}, DType::kBF16, {{"dim", 1}, {"dtype", "f32"}}, 2});
