@@ -274,8 +274,12 @@ bool red_call(const OpCall& c, RedCall& rc) {
 // row of 49 floats loads only 12 vectors at a time, too few bytes in flight to cover DRAM latency.
 // Up to 512 vectors it is a choice: a warp's per-row work (the misaligned head and tail, the
 // shuffles, the store) is then shared by its rows, where rows of 1023 bf16 at a warp a row left
-// var_mean and min.dim issue-bound (79-92% of the SM's issue on an H100).
-void row_knobs(DType x, int64_t n, std::vector<KnobDim>& sp) {
+// var_mean and min.dim issue-bound (79-92% of the SM's issue on an H100). For such heavy states
+// (Welford, value and index) and rows of 32 to 255 vectors the default is the group that gives
+// each lane about 8 vectors: at (16, 4096, 1023) bf16, 16 lanes a row ran var_mean in 0.062 ms
+// and min.dim in 0.070 ms against a warp's 0.071 and 0.088 (H100); a plain sum or mean, and the
+// fp32 rows (255 vectors: a warp), were faster a warp a row.
+void row_knobs(DType x, int64_t n, bool heavy, std::vector<KnobDim>& sp) {
   // Any width at any row length: the row kernels load a misaligned head and tail one by one.
   auto vecs = vec_values(x, 8);
   const int64_t vec = vecs.back();
@@ -284,6 +288,8 @@ void row_knobs(DType x, int64_t n, std::vector<KnobDim>& sp) {
   if (n / vec < 512) threads.insert(threads.begin(), {4, 8, 16});
   if (n / vec < 32)   // about two vectors a lane, and at least a vector's width of lanes (head / tail)
     nt = std::max(vec, std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 2)), 4, 32));
+  else if (heavy && n / vec < 256)   // the largest group whose lanes keep about 8 vectors
+    nt = std::max(vec, std::clamp<int64_t>(pow2_ceil(cdiv(n / vec, 8) + 1) / 2, 4, 32));
   sp.push_back({"threads", with_default(threads, nt)});
   sp.push_back({"rows", with_default({1, 2, 4, 8}, nt <= 32 ? 4 : 1)});
   sp.push_back({"vec", with_default(vecs, vec)});
@@ -301,13 +307,13 @@ std::vector<KnobDim> red_space(const RedCall& rc) {
   std::vector<KnobDim> sp;
   std::vector<int64_t> splits = {0};
   if (!g.block) {   // two runs: the r1 states of an output are its split already
-    row_knobs(rc.x, g.r2, sp);
+    row_knobs(rc.x, g.r2, false, sp);
     sp.push_back({"unroll", {4, 1, 2, 8}});
     if (g.kind == ReduceKind::kLogSumExp) sp.push_back({"exp2", {1, 0}});
     return sp;
   }
   if (g.inner == 1) {
-    row_knobs(rc.x, g.r, sp);
+    row_knobs(rc.x, g.r, welford(g.kind) || indexed(g.kind), sp);
     for (int64_t s : {2, 4, 8, 16, 33, 66, 132, 264, 528, 1056})
       if (g.r / s >= 2048 && g.outer * s <= INT_MAX) splits.push_back(s);
   } else {
