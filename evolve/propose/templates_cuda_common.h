@@ -292,7 +292,7 @@ inline std::string row_consts(const RowGeom& r) {
 }
 
 inline std::string row_grid(const RowGeom& r, const std::string& rows) {
-  return r.g == 32 ? "ceil_div(" + rows + ", " + S(r.rpb) + ")" : rows;
+  return r.g <= 32 ? "ceil_div(" + rows + ", " + S(r.rpb) + ")" : rows;   // groups of a warp or less
 }
 
 inline json launch(const std::string& entry, const std::vector<json>& grid, const std::vector<json>& block,

@@ -1,10 +1,10 @@
 // CUDA global average pooling template (cuda.pool_global): _adaptive_avg_pool2d/3d with a 1x1
 // (1x1x1) output, the head of ResNet-style networks. That is a row reduction, one mean over the
 // T*H*W elements of each (n, c) plane, so it takes the row templates' shape rather than the window
-// kernel's (one thread per output would read a whole plane alone): a warp (threads = 32, `rows`
-// warps a block) or a block per plane, vector loads of `vec` elements (vec divides the plane, so
-// every plane starts aligned), fp32 sums combined by shuffles (kGroupHelpers). f32 / f16 / bf16,
-// dense tensors.
+// kernel's (one thread per output would read a whole plane alone): a group of 4 to 16 lanes for
+// short planes, a warp (threads = 32, `rows` warps a block) or a block per plane, vector loads of
+// `vec` elements (vec divides the plane, so every plane starts aligned), fp32 sums combined by
+// shuffles (kGroupHelpers). f32 / f16 / bf16, dense tensors.
 #include "evolve/ops/pool.h"
 #include "evolve/propose/templates_cuda_common.h"
 
@@ -14,31 +14,39 @@ namespace {
 using namespace cuda_tpl;
 using nlohmann::json;
 
-// Two independent partial sums a thread (every other vector), so consecutive loads do not wait
-// on one add chain; the order is fixed, so the result is the same on every run.
+// Four loads in flight a lane (consecutive loads do not wait on one add chain; the order is
+// fixed, so the result is the same on every run). Groups of G < 32 lanes share a warp (short
+// planes): a warp returns only when all its rows are past the end, and a dead row's lanes still
+// take part in the shuffles.
 const char* kGlobalBody = R"CU(
 extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                                          long long L) {
   __shared__ float sh[64];
-  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+  const int t = G <= 32 ? (int)(threadIdx.x & (G - 1)) : (int)threadIdx.x;
   const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
-  if (row >= rows) return;   // whole warps only (G == 32); a block row always exists
-  const V* __restrict__ xv = reinterpret_cast<const V*>(x + row * L);
-  const long long nv = L / VEC;
-  float a0 = 0.f, a1 = 0.f;
-  long long i = t;
-  for (; i + G < nv; i += 2 * G) {
-    const V u = xv[i], w = xv[i + G];
+  if (row - (G < 32 ? (threadIdx.x & 31) / G : 0) >= rows) return;   // a block row always exists
+  const bool live = row < rows;
+  const V* __restrict__ xv = reinterpret_cast<const V*>(x + (live ? row : 0) * L);
+  const long long nv = live ? L / VEC : 0;
+  float a[4] = {0.f, 0.f, 0.f, 0.f};
+  for (long long i = t; i < nv; i += 4 * G) {
+    V u[4] = {};
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) { a0 += ld(u.v[e]); a1 += ld(w.v[e]); }
-  }
-  if (i < nv) {
-    const V u = xv[i];
+    for (int k = 0; k < 4; ++k)
+      if (i + k * G < nv) u[k] = xv[i + k * G];
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) a0 += ld(u.v[e]);
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[k] += ld(u[k].v[e]);   // a missing vector is zeros
   }
-  const float s = kc_gsum(a0 + a1, sh);
-  if (t == 0) out[row] = st(s / (float)L);
+  float s = (a[0] + a[1]) + (a[2] + a[3]);
+  if constexpr (G < 32) {
+#pragma unroll
+    for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  } else {
+    s = kc_gsum(s, sh);
+  }
+  if (t == 0 && live) out[row] = st(s / (float)L);
 }
 )CU";
 
@@ -52,6 +60,15 @@ class PoolGlobalTemplate : public Template {
     if (!handles(c, L)) return {};
     std::vector<KnobDim> sp;
     row_space(sp, c.inputs[0].dtype, L, false);
+    // Short planes (ResNet's 7x7 head): groups of 4 to 16 lanes, several planes a warp, each lane
+    // about 6 vectors; a warp a plane of 49 floats had under two loads a lane in flight (0.77x
+    // torch.compile on an H100, 13 us).
+    const int64_t nv = L / sp[2].values.front();
+    if (nv < 64) {
+      const int64_t c6 = cdiv(nv, 6), g = std::clamp<int64_t>(pow2_ceil(c6 + 1) / 2, 4, 16);
+      sp[0] = {"threads", with_default({4, 8, 16, 32, 64, 128, 256, 512, 1024}, g)};
+      sp[1] = {"rows", with_default({1, 2, 4, 8}, 4)};
+    }
     return sp;
   }
 
@@ -65,7 +82,8 @@ class PoolGlobalTemplate : public Template {
     handles(c, L);
     auto gr = row_geom(k, L);
     if (!gr.is_ok()) return gr.status();
-    const RowGeom r = gr.value();
+    RowGeom r = gr.value();
+    if (r.g < 32) r.rpb *= 32 / r.g;   // `rows` warps of 32 / G planes each
     const DType dt = c.inputs[0].dtype;
     const std::string entry = "kc_global_avg_pool";
     std::string src = "// kernelcraft cuda.pool_global " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +

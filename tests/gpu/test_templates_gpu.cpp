@@ -231,6 +231,9 @@ std::vector<Case> pool_cases() {
     cs.push_back({OpId::kAdaptiveAvgPool2d, {32, 2048, 7, 7}, dt, {{"output_size", 1}}, 2,
                   {{{"threads", 32}, {"rows", 8}}, {{"threads", 64}}}});
   cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 33, 40}, DType::kF32, {{"output_size", 1}}, 4, {{{"threads", 1024}}}});
+  // Short planes in groups of 4 to 16 lanes; 33 planes leave the last warp's groups mostly dead.
+  cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 64, 7, 7}, DType::kF32, {{"output_size", 1}}, 2, {{{"threads", 16}, {"rows", 1}}}});
+  cs.push_back({OpId::kAdaptiveAvgPool2d, {3, 11, 5, 5}, DType::kBF16, {{"output_size", 1}}, 2, {{{"threads", 4}}, {{"threads", 8}, {"rows", 2}}}});
   cs.push_back({OpId::kAdaptiveAvgPool3d, {2, 4, 8, 16, 16}, DType::kBF16, {{"output_size", 1}}, 3});
   return cs;
 }
