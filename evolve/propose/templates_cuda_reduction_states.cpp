@@ -16,22 +16,27 @@ std::string flit(double v) {
   return b;
 }
 
-// argmax, argmin, max.dim, min.dim: the best value and its index.
-std::string indexed_state(ReduceKind k) {
+// argmax, argmin, max.dim, min.dim: the best value and its index along the reduced extent, held
+// in 32 bits where that extent allows (half the shuffles and shared memory of the column merge,
+// cheaper compares), stored as int64.
+std::string indexed_state(ReduceKind k, int64_t r) {
+  const bool narrow = r <= INT_MAX;
   const char* cmp = selects_max(k) ? ">" : "<";
   // argmax stores the index; max.dim the value (exact: it is an input) and the index.
   const char* store = k == ReduceKind::kArgMax || k == ReduceKind::kArgMin ? "out0[o] = s.i;"
                                                                            : "out0[o] = sto(s.v); out1[o] = s.i;";
-  return std::string(R"CU(struct S { float v; long long i; };
-__device__ __forceinline__ S kc_init() { return S{)CU") + (selects_max(k) ? "-KC_INF" : "KC_INF") +
-         R"CU(, 0x7fffffffffffffffLL}; }
+  return std::string(narrow ? "typedef int KcIdx;\n#define KC_IDX_NONE 0x7fffffff\n"
+                            : "typedef long long KcIdx;\n#define KC_IDX_NONE 0x7fffffffffffffffLL\n") +
+         R"CU(struct S { float v; KcIdx i; };
+__device__ __forceinline__ S kc_init() { return S{)CU" + (selects_max(k) ? "-KC_INF" : "KC_INF") +
+         R"CU(, KC_IDX_NONE}; }
 // a (at index ia) beats b: NaN beats numbers, then the better value, then the lower index.
-__device__ __forceinline__ bool kc_better(float a, long long ia, float b, long long ib) {
+__device__ __forceinline__ bool kc_better(float a, KcIdx ia, float b, KcIdx ib) {
   if (a != a) return b == b || ia < ib;
   if (b != b) return false;
   return a )CU" + cmp + R"CU( b || (a == b && ia < ib);
 }
-__device__ __forceinline__ void kc_add(S& s, float v, long long j) { if (kc_better(v, j, s.v, s.i)) { s.v = v; s.i = j; } }
+__device__ __forceinline__ void kc_add(S& s, float v, long long j) { if (kc_better(v, (KcIdx)j, s.v, s.i)) { s.v = v; s.i = (KcIdx)j; } }
 __device__ __forceinline__ void kc_merge(S& a, const S& b) { if (kc_better(b.v, b.i, a.v, a.i)) a = b; }
 // A chunk (indices rising with q): its best by float compares alone, strict so the first of equal
 // values stays and the first NaN is never replaced, then one indexed merge. Element by element,
@@ -211,7 +216,7 @@ std::string scalar_state(const ReduceGeom& g) {
 }  // namespace
 
 std::string reduction_fold_state(const ReduceGeom& g, bool exp2) {
-  if (indexed(g.kind)) return indexed_state(g.kind);
+  if (indexed(g.kind)) return indexed_state(g.kind, g.r);
   if (welford(g.kind)) return welford_state(g);
   if (g.kind == ReduceKind::kLogSumExp) return logsumexp_state(exp2);
   return scalar_state(g);
