@@ -7,6 +7,15 @@ import torch
 import torch.nn.functional as F
 
 
+MODES = ("fwd", "fwd+bwd")
+
+
+def label(case):
+    """The table's call column: the op and its keyword arguments."""
+    args = ", ".join(f"{k}={v}" for k, v in case.args.items())
+    return f"{case.call}({args})" if args else case.call
+
+
 @dataclass
 class Case:
     model: str

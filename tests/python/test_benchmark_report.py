@@ -1,4 +1,4 @@
-"""benchmarks/model_shapes.py's report: slices merged in table order (a later slice's row wins),
+"""benchmarks/model_shapes.py's report (model_report.py): slices merged in table order (a later slice's row wins),
 the summary against the [5/7] yardsticks, and the bytes of ops that read less than their inputs."""
 import json
 import pathlib
@@ -7,6 +7,8 @@ import sys
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+import model_cases as mc  # noqa: E402
+import model_report as mr  # noqa: E402
 import model_shapes as ms  # noqa: E402
 
 ENV = dict(date="2026-12-04", torch="x", device="cuda", device_name="GPU", commit="abc", smoke=False)
@@ -35,14 +37,14 @@ def case_rows(model, call, eager, compile_, kc, eager_pct):
 
 
 def test_merge_keeps_table_order_and_the_later_slice(tmp_path):
-    first, later = ms.CASES[0], ms.CASES[5]
+    first, later = mc.CASES[0], mc.CASES[5]
     a, b = tmp_path / "a", tmp_path / "b"
-    write(a, case_rows(later.model, ms.label(later), 1.0, 1.0, 1.0, 50))
-    write(b, case_rows(first.model, ms.label(first), 1.0, 1.0, 0.5, 50)
-          + case_rows(later.model, ms.label(later), 1.0, 1.0, 0.25, 50))
-    rows = ms.load_rows([str(a), str(b)])
+    write(a, case_rows(later.model, mc.label(later), 1.0, 1.0, 1.0, 50))
+    write(b, case_rows(first.model, mc.label(first), 1.0, 1.0, 0.5, 50)
+          + case_rows(later.model, mc.label(later), 1.0, 1.0, 0.25, 50))
+    rows = mr.load_rows([str(a), str(b)])
     keys = list(rows)
-    assert [k[1] for k in keys] == [ms.label(first), ms.label(later)]   # CASES order, not file order
+    assert [k[1] for k in keys] == [mc.label(first), mc.label(later)]   # CASES order, not file order
     assert rows[keys[1]]["kernelcraft"]["median_ms"] == 0.25             # b's row replaced a's
 
 
@@ -55,7 +57,7 @@ def test_summary_counts_the_yardsticks():
     add("tie", 0.2, 0.1, 0.1, 90)         # = compile, eager strong: not in the geomean
     add("slow", 0.2, 0.1, 0.25, 40)       # 0.4x compile and below eager
     add("tiny", 0.01, 0.1, 0.5, 10)       # eager under 50 us: not counted at all
-    (line,) = [l for l in ms.summary(rows) if l.startswith("- fwd")]
+    (line,) = [l for l in mr.summary(rows) if l.startswith("- fwd")]
     assert "3 rows" in line and "on 2 (67%)" in line
     assert "geomean vs compile where eager < 70% of copy: 0.89x over 2 rows" in line   # sqrt(2 * 0.4)
     assert "below 0.98x eager: slow 4x4 float32 (0.80x)" in line
@@ -64,7 +66,7 @@ def test_summary_counts_the_yardsticks():
 def test_moved_bytes_uses_the_ops_own_read_count():
     x, t = torch.empty(8, 1000, dtype=torch.bfloat16), torch.zeros(8, dtype=torch.long)
     out = torch.empty((), dtype=torch.bfloat16)
-    reads = ms.OPS["nll_loss"].reads
+    reads = mc.OPS["nll_loss"].reads
     assert reads([x, t]) == 8 * 32 + 8 * 8                    # a sector a row, not the whole row
     assert ms.moved_bytes([x, t], [out], (0,), "fwd", reads) == reads([x, t]) + 2
     # fwd+bwd: the output's gradient read, the rows read again, the input's gradient written
