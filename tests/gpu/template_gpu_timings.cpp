@@ -112,6 +112,11 @@ TEST_F(Gpu, TimingsPoolVar) {
       {OpId::kMean, {32, 2048, 7, 7}, {{"dim", {2, 3}}},
        {{}, {{"threads", 32}, {"rows", 4}}, {{"threads", 4}}, {{"threads", 16}}, {{"threads", 8}, {"rows", 8}}}, 32.0 * 2048 * 49,
        32.0 * 2048},
+      // ResNet's head through _adaptive_avg_pool2d (cuda.pool_global): planes of 49 in groups of
+      // 4 to 16 lanes (the default: 8) against a warp a plane.
+      {OpId::kAdaptiveAvgPool2d, {32, 2048, 7, 7}, {{"output_size", 1}},
+       {{}, {{"threads", 32}, {"rows", 4}}, {{"threads", 4}}, {{"threads", 16}}, {{"threads", 8}, {"rows", 8}}}, 32.0 * 2048 * 49,
+       32.0 * 2048},
   };
   for (DType dt : {DType::kF32, DType::kBF16})
     for (const T& t : ts) {
@@ -145,7 +150,7 @@ TEST_F(Gpu, TimingsOddReductions) {
   const std::vector<Knobs> cols = {{}, {{"split", 0}}, {{"tx", 32}, {"ty", 8}}, {{"tx", 128}, {"ty", 8}}, {{"unroll", 8}}};
   const std::vector<std::tuple<OpId, int, std::vector<Knobs>>> ts = {
       {OpId::kVarMean, -1, rows}, {OpId::kMean, -1, rows},  {OpId::kMin, -1, rows}, {OpId::kSum, 1, cols},
-      {OpId::kVar, 1, cols},      {OpId::kProd, 1, cols},   {OpId::kAmax, 1, cols},
+      {OpId::kVar, 1, cols},      {OpId::kProd, 1, cols},   {OpId::kAmax, 1, cols},   {OpId::kArgmax, 1, cols},
   };
   for (DType dt : {DType::kBF16, DType::kF32})
     for (const auto& [op, dim, knobs] : ts) {
