@@ -82,8 +82,23 @@ __device__ __forceinline__ void kc_coords(long long it, long long total, long lo
 }
 )CU";
 
-// Reductions over a group of G threads owning one row: G == 32 is one warp (xor shuffles leave
-// the identical result in every lane), G > 32 is the whole block (warp shuffles, then every
+// The row of a row kernel's thread: RPB rows a block, groups of G threads (constants of the
+// source, as row_consts writes them); see kc_row_of.
+inline constexpr const char* kRowOf = R"CU(
+// This thread's row of M (RPB rows a block, groups of G threads) and its index t in the group;
+// false when its whole warp is past the end. A warp holds 32 / G rows when G < 32 (short rows), so
+// a row past the end within it is not `live`: it folds nothing, but its lanes still shuffle.
+__device__ __forceinline__ bool kc_row_of(long long M, int& t, long long& row, bool& live) {
+  t = G <= 32 ? (int)(threadIdx.x & (G - 1)) : (int)threadIdx.x;
+  row = (long long)blockIdx.x * RPB + threadIdx.x / G;
+  live = row < M;
+  return row - (G < 32 ? (threadIdx.x & 31) / G : 0) < M;   // a block row always exists
+}
+)CU";
+
+// Reductions over a group of G threads owning one row: G <= 32 is (part of) one warp (xor
+// shuffles leave the identical result in every lane of the group; kc_gsum only takes G < 32,
+// global pooling's short planes), G > 32 is the whole block (warp shuffles, then every
 // thread folds the per-warp values from shared memory in the same order). The trailing barrier
 // lets the next reduction reuse the shared array. Welford merges are not symmetric, so they reduce
 // down to lane 0 and broadcast.
@@ -91,7 +106,7 @@ inline constexpr const char* kGroupHelpers = R"CU(
 struct alignas(sizeof(T) * VEC) V { T v[VEC]; };
 __device__ __forceinline__ float kc_gsum(float v, float* sh) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = (G < 32 ? G : 32) / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   if constexpr (G > 32) {
     if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
     __syncthreads();
@@ -216,7 +231,8 @@ inline std::vector<int64_t> vec_values(DType d, int64_t row) {
 }
 
 // Row templates (softmax, layer norm): a group of `threads` threads owns a row; 32 means one warp
-// per row and `rows` warps a block, more means one block per row.
+// per row and `rows` warps a block, more means one block per row, fewer (global pooling's short
+// planes) 32 / threads rows a warp.
 struct RowGeom {
   int64_t g = 32, rpb = 1, vec = 1, items = 0;   // items: vectors a thread caches (0: none)
 };
@@ -242,6 +258,7 @@ inline Result<RowGeom> row_geom(Knobs& k, int64_t L) {
   r.g = k.at("threads");
   if (r.g > 32) k["rows"] = 1;
   r.rpb = k.at("rows");
+  if (r.g < 32) r.rpb *= 32 / r.g;   // `rows` warps of 32 / G rows each (groups under a warp)
   r.vec = k.at("vec");
   if (L % r.vec != 0) return unsupported("vec " + S(r.vec) + " does not divide the row (" + S(L) + ")");
   if (k.count("regs") && k.at("regs")) {

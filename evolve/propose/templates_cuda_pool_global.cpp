@@ -16,16 +16,15 @@ using nlohmann::json;
 
 // Four loads in flight a lane (consecutive loads do not wait on one add chain; the order is
 // fixed, so the result is the same on every run). Groups of G < 32 lanes share a warp (short
-// planes): a warp returns only when all its rows are past the end, and a dead row's lanes still
-// take part in the shuffles.
+// planes; kc_row_of).
 const char* kGlobalBody = R"CU(
 extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, const T* __restrict__ x, long long rows,
                                                          long long L) {
   __shared__ float sh[64];
-  const int t = G <= 32 ? (int)(threadIdx.x & (G - 1)) : (int)threadIdx.x;
-  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
-  if (row - (G < 32 ? (threadIdx.x & 31) / G : 0) >= rows) return;   // a block row always exists
-  const bool live = row < rows;
+  int t;
+  long long row;
+  bool live;
+  if (!kc_row_of(rows, t, row, live)) return;
   const V* __restrict__ xv = reinterpret_cast<const V*>(x + (live ? row : 0) * L);
   const long long nv = live ? L / VEC : 0;
   float a[4] = {0.f, 0.f, 0.f, 0.f};
@@ -39,13 +38,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, c
 #pragma unroll
       for (int e = 0; e < VEC; ++e) a[k] += ld(u[k].v[e]);   // a missing vector is zeros
   }
-  float s = (a[0] + a[1]) + (a[2] + a[3]);
-  if constexpr (G < 32) {
-#pragma unroll
-    for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  } else {
-    s = kc_gsum(s, sh);
-  }
+  const float s = kc_gsum((a[0] + a[1]) + (a[2] + a[3]), sh);
   if (t == 0 && live) out[row] = st(s / (float)L);
 }
 )CU";
@@ -82,12 +75,11 @@ class PoolGlobalTemplate : public Template {
     handles(c, L);
     auto gr = row_geom(k, L);
     if (!gr.is_ok()) return gr.status();
-    RowGeom r = gr.value();
-    if (r.g < 32) r.rpb *= 32 / r.g;   // `rows` warps of 32 / G planes each
+    const RowGeom r = gr.value();
     const DType dt = c.inputs[0].dtype;
     const std::string entry = "kc_global_avg_pool";
     std::string src = "// kernelcraft cuda.pool_global " + entry + " " + dtype_name(dt) + "\n" + dtype_prelude(dt) +
-                      row_consts(r) + kGroupHelpers + with_entry(kGlobalBody, entry);
+                      row_consts(r) + kRowOf + kGroupHelpers + with_entry(kGlobalBody, entry);
     std::vector<std::string> args = {"ptr:out0", "ptr:self", "i64:numel(out0)", "i64:numel(self) / numel(out0)"};
     return make_candidate(name(), std::move(k), std::move(src),
                           json::array({launch(entry, {row_grid(r, "numel(out0)")}, {r.g * r.rpb}, args)}));

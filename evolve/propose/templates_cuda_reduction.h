@@ -11,6 +11,9 @@ namespace kc::evolve::cuda_tpl {
 
 // The device code of g's fold state; `exp2`: logsumexp's exp as exp2f(x log2 e) (its knob).
 std::string reduction_fold_state(const ReduceGeom& g, bool exp2);
+// The kernels' device code after the state: rows, split, finish and columns; `two_runs` adds the
+// two-run kernel (templates_cuda_reduction_kernels.cpp).
+std::string reduction_kernels(bool two_runs);
 // Bytes of one fold state (the column merge's shared memory and the split's scratch).
 int64_t reduction_state_bytes(ReduceKind k);
 
