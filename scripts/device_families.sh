@@ -12,7 +12,7 @@ source "$(dirname "$0")/device_common.sh" ""   # BUILD_TARGETS: default everythi
 # the machine's cores then compile several families' candidates at once).
 family() {
   local f=$1 t; t=$(date +%s)
-  timeout ${TPL_S:-60} $B/tests/kc_template_gpu_tests --gtest_filter="Gpu.$f" > $OUT/template_gpu_$f.txt 2>&1
+  timeout ${TPL_S:-60} stdbuf -oL $B/tests/kc_template_gpu_tests --gtest_filter="Gpu.$f" > $OUT/template_gpu_$f.txt 2>&1
   { echo "Gpu.$f rc=$? ($(( $(date +%s) - t )) s) $(grep -E 'candidates checked' $OUT/template_gpu_$f.txt | tail -1)"
     grep -E "Failure|FAILED|error" -A3 $OUT/template_gpu_$f.txt | head -12; } > $OUT/template_gpu_$f.sum
 }
