@@ -78,6 +78,7 @@ TEST_F(Gpu, TimingsPoolVar) {
   };
   const json s1 = {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, stem = {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}};
   const json k4 = {{"kernel_size", 4}, {"stride", 1}, {"padding", 1}};
+  const json d1 = {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}};
   const double a2 = 16.0 * 64 * 256 * 256, r = 16.0 * 4096 * 1023;
   // Register spans read in vectors of 4 (fp32) or 8 (16-bit) elements; the other renders are
   // unsupported in that dtype and skipped.
@@ -98,6 +99,12 @@ TEST_F(Gpu, TimingsPoolVar) {
        32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
       {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 4}}, with(v4, 4), with(v8, 4)},
        16.0 * 32 * 256 * 256, 16.0 * 32 * 255 * 255},
+      // max_pool1d (kernel 8, stride 1, padding 4, dilation 3), served through the 2d kernels on a
+      // one-high plane, where bf16 ran at 24% of copy and behind torch.compile (docs/PERF.md).
+      {OpId::kMaxPool2dValues, {64, 192, 1, 16384}, d1,
+       {{}, v8, w8, {{"regs", 1}, {"vpt", 8}, {"vl", 4}}, {{"regs", 1}, {"vpt", 2}}, {{"vpt", 4}, {"il", 1}}, {{"vpt", 2}},
+        {{"regs", 1}, {"vpt", 8}, {"vl", 8}, {"threads", 128}}},
+       64.0 * 192 * 16384, 64.0 * 192 * 16371},
       // 3D video's 2x2x2 stride 2: no span without vectors (the windows do not overlap).
       {OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, {{"kernel_size", 2}, {"stride", 2}}, {{}, v4, w8, {{"vpt", 4}}},
        8.0 * 64 * 16 * 112 * 112, 8.0 * 64 * 8 * 56 * 56},
