@@ -50,6 +50,14 @@ SpanLayout span_layout(const PoolGeom& g, int64_t vpt, int64_t vl) {
   return {off, (off + row_span(g, vpt) + vl - 1) / vl * vl};
 }
 
+// The static shared memory of kc_stage (knob `stage`): a warp's 32 x vpt values padded by one a
+// row of 32, its lanes' output offsets and counts, and the indices where the op has them.
+constexpr int64_t kMaxStaticShared = 48 * 1024;
+int64_t stage_bytes(const PoolGeom& g, int64_t nt, int64_t vpt) {
+  const int64_t w = 32 * vpt;
+  return nt / 32 * ((w + w / 32) * 4 + 32 * 12 + (g.indices ? w * 8 : 0));
+}
+
 // Whether a thread's span of vpt outputs starts vl-aligned: its first column moves by vpt * SW.
 bool span_aligned(const PoolGeom& g, int64_t vpt, int64_t vl) { return (vpt * g.s[2]) % vl == 0; }
 
@@ -110,6 +118,9 @@ class PoolTemplate : public Template {
     sp.push_back({"regs", regs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}});
     if (vls.size() > 1) sp.push_back({"vl", vls});
     if (rows.size() > 1) sp.push_back({"rows", with_default(rows, strip ? 4 : 1)});
+    // Consecutive outputs a thread (il 0) stored through shared memory (kc_stage): register spans
+    // need il 0, and their scattered stores otherwise bound them (templates_cuda_pool_kernels.cpp).
+    sp.push_back({"stage", {0, 1}});
     sp.push_back({"gs", {0, 1}});
     return sp;
   }
@@ -125,7 +136,7 @@ class PoolTemplate : public Template {
     const int64_t vpt = g.out[2] >= 4 ? 4 : g.out[2] >= 2 ? 2 : 1;
     const int64_t vl = widest_aligned(c, g, vpt);
     if (vl == 1) return {};
-    Knobs k = {{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", vpt}, {"vl", vl}};
+    Knobs k = {{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", vpt}, {"vl", vl}, {"stage", 1}};
     std::vector<Knobs> out = {k};
     // Loads an output as a fraction nspan / (vl * v), compared by cross-multiplying.
     int64_t best_v = vpt, best_vl = vl, best_n = span_layout(g, vpt, vl).nspan;
@@ -136,7 +147,8 @@ class PoolTemplate : public Template {
         if (v > g.out[2] || w == 1 || !span_aligned(g, v, w) || n > kMaxSpan) continue;
         if (!fits || n * best_vl * best_v < best_n * w * v) best_v = v, best_vl = w, best_n = n, fits = true;
       }
-    if (fits && (best_v != vpt || best_vl != vl)) out.push_back({{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", best_v}, {"vl", best_vl}});
+    if (fits && (best_v != vpt || best_vl != vl))
+      out.push_back({{"bake", 1}, {"regs", 1}, {"il", 0}, {"vpt", best_v}, {"vl", best_vl}, {"stage", 1}});
     // Single output rows where strips are offered (else that is the first seed again).
     for (const KnobDim& d : space(c))
       if (d.name == "rows") {
@@ -162,6 +174,7 @@ class PoolTemplate : public Template {
     if (k.count("regs") && k.at("regs")) k["il"] = 0;
     if (k.count("vl") && !(bake && k.at("regs"))) k["vl"] = 1;
     if (k.count("rows") && !bake) k["rows"] = 1;
+    if (k.count("stage") && (!bake || k.at("vpt") == 1 || k.at("il"))) k["stage"] = 0;
     const int64_t nt = k.at("threads"), vpt = k.at("vpt"), rows = k.count("rows") ? k.at("rows") : 1;
     const int64_t vl = k.count("vl") ? k.at("vl") : 1;
     if (!span_aligned(g, vpt, vl))
@@ -169,6 +182,8 @@ class PoolTemplate : public Template {
     const int64_t nspan = span_layout(g, vpt, vl).nspan;
     if (bake && k.at("regs") && nspan > kMaxSpan)
       return unsupported("a row span of " + S(nspan) + " inputs does not fit the registers");
+    if (k.count("stage") && k.at("stage") && stage_bytes(g, nt, vpt) > kMaxStaticShared)
+      return unsupported("staging " + S(nt) + " threads' outputs needs " + S(stage_bytes(g, nt, vpt)) + " bytes of shared memory");
     const bool gs = k.at("gs") != 0, mx = g.max;
     const int64_t items = g.planes * g.out[0] * cdiv(g.out[1], rows) * cdiv(g.out[2], vpt);
     if (!gs && cdiv(items, nt) > INT_MAX) return unsupported("too many outputs for a grid without grid stride");
@@ -178,8 +193,9 @@ class PoolTemplate : public Template {
                       "constexpr int NT = " + S(nt) + ", VPT = " + S(vpt) + ";\nconstexpr bool MAX = " +
                       (mx ? "true" : "false") + ", GS = " + (gs ? "true" : "false") + ";\n" +
                       (bake ? baked_consts(g, k) : "") + (rows > 1 ? "constexpr int ROWS = " + S(rows) + ";\n" : "") +
-                      (g.indices ? "#define KC_IDX_PARAM long long* __restrict__ idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
-                          : "#define KC_IDX_PARAM\n#define KC_IDX_STORE(i, v)\n") +
+                      (g.indices ? "constexpr bool IDX = true;\n#define KC_IDX_PARAM long long* __restrict__ idx,\n"
+                                   "#define KC_IDX_ARG idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
+                                 : "constexpr bool IDX = false;\n#define KC_IDX_PARAM\n#define KC_IDX_ARG\n#define KC_IDX_STORE(i, v)\n") +
                       kPoolCoords + pool_window(g.adaptive) + (bake ? pool_take_and_span() : "") +
                       with_entry(rows > 1 ? pool_strip_kernel() : bake ? pool_baked_kernel() : pool_runtime_kernel(), entry);
     const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
@@ -201,6 +217,7 @@ class PoolTemplate : public Template {
       s += std::string("constexpr int ") + n + "T = " + S(v[0]) + ", " + n + "H = " + S(v[1]) + ", " + n + "W = " + S(v[2]) + ";\n";
     return s + "constexpr int DIVISOR = " + S(g.divisor) + ", INCLUDE_PAD = " + (g.count_include_pad ? "1" : "0") +
            ";\nconstexpr bool IL = " + (k.at("il") ? "true" : "false") + ", REGS = " + (k.at("regs") ? "true" : "false") +
+           ", STAGE = " + (k.count("stage") && k.at("stage") ? "true" : "false") +
            ";\nconstexpr int VL = " + S(vl) + ", OFF = " + S(sl.off) + ", NSPAN = " + S(sl.nspan) + ";\n";
   }
 

@@ -140,6 +140,65 @@ __device__ __forceinline__ void kc_span(const T* __restrict__ rp, int IW, int c0
 }
 )CU";
 
+// A thread's finished outputs (values, and indices where the op has them) to memory (kc_put), for
+// the baked and strip kernels. Consecutive outputs a thread (IL off) store 32 lanes VPT columns
+// apart: each store instruction then touches 32 sectors for 32 elements, and on an H100 (ncu,
+// 2026-12-06) the register-span pools were L2-bound on those partial writes (L2 86% busy, DRAM
+// 30%). STAGE sends a warp's outputs through shared memory instead, so each store instruction
+// writes 32 consecutive elements of one output row (kc_stage). A lane with no outputs (past the
+// end, or a strip row past OH) still takes part, as its warp's exchange needs every lane.
+const char* kPoolPut = R"CU(
+__device__ __forceinline__ void kc_stage(T* __restrict__ out, KC_IDX_PARAM const float* val, const long long* best, long long ob, int n) {
+  constexpr int W = 32 * VPT, NW = NT / 32;
+  __shared__ float sv[NW][W + W / 32];   // padded: lane l's VPT writes land in distinct banks
+  __shared__ long long sb[NW][32];
+  __shared__ int sn[NW][32];
+  __shared__ long long si[IDX ? NW : 1][IDX ? W : 1];
+  const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+#pragma unroll
+  for (int v = 0; v < VPT; ++v) {
+    const int e = lane * VPT + v;
+    sv[wp][e + e / 32] = val[v];
+    if constexpr (IDX) si[wp][e] = best[v];
+  }
+  sb[wp][lane] = ob;
+  sn[wp][lane] = n;
+  __syncwarp();
+#pragma unroll
+  for (int s = 0; s < VPT; ++s) {   // element e of the warp's 32 x VPT: lane e / VPT's output e % VPT
+    const int e = s * 32 + lane, j = e / VPT, v = e % VPT;
+    if (v < sn[wp][j]) {
+      out[sb[wp][j] + v] = st(sv[wp][e + e / 32]);
+      KC_IDX_STORE(sb[wp][j] + v, si[wp][e]);
+    }
+  }
+  __syncwarp();   // the next round's writes wait for this round's reads
+}
+// Outputs ow[v] of output row ob (flat index of its column 0); live false: none (a strip row past
+// OH), though with STAGE the lane still joins its warp's exchange.
+__device__ __forceinline__ void kc_put(T* __restrict__ out, KC_IDX_PARAM const float* val, const long long* best, long long ob,
+                                       const int* ow, int OW, bool live) {
+  if constexpr (STAGE) {
+    kc_stage(out, KC_IDX_ARG val, best, ob + ow[0], live ? max(0, min(VPT, OW - ow[0])) : 0);
+  } else if (live) {
+#pragma unroll
+    for (int v = 0; v < VPT; ++v)
+      if (ow[v] < OW) {
+        out[ob + ow[v]] = st(val[v]);
+        KC_IDX_STORE(ob + ow[v], best[v]);
+      }
+  }
+}
+// A lane past the last output: its warp's exchanges still count `rounds` calls of kc_stage on it.
+__device__ __forceinline__ void kc_put_none(T* __restrict__ out, KC_IDX_PARAM int rounds) {
+  if constexpr (STAGE) {
+    const float z[VPT] = {};
+    const long long zb[VPT] = {};
+    for (int r = 0; r < rounds; ++r) kc_stage(out, KC_IDX_ARG z, zb, 0, 0);
+  }
+}
+)CU";
+
 const char* kPoolBakedKernel = R"CU(__device__ __forceinline__ void kc_row(const T* __restrict__ rp, long long base, int IW, int c0, const int* w0,
                                        const int* w1, float* acc, long long* best) {
   if constexpr (REGS) {
@@ -163,7 +222,13 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
     long long rows, int IT, int IH, int IW, int OT, int OH, int OW) {
   const long long owc = (OW + VPT - 1) / VPT, total = rows * owc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
-  for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
+  // Warp-uniform steps, so a whole warp reaches kc_stage's exchange together.
+  for (long long wb = (long long)blockIdx.x * NT + (threadIdx.x & ~31u); wb < total; wb += step) {
+    const long long it = wb + (threadIdx.x & 31);
+    if (it >= total) {
+      kc_put_none(out, KC_IDX_ARG 1);
+      continue;
+    }
     long long row, pt, plane;
     int oc, oh, ot;
     kc_coords(it, total, owc, OH, OT, row, pt, plane, oc, oh, ot);
@@ -191,18 +256,11 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
         kc_row(xp + base, base, IW, oc * VPT * SW - PW, w0, w1, acc, best);
       }
     }
-    const long long ob = row * OW;
+    if constexpr (!MAX)
 #pragma unroll
-    for (int v = 0; v < VPT; ++v) {
-      if (ow[v] >= OW) continue;
-      if constexpr (MAX) {
-        out[ob + ow[v]] = st(acc[v]);
-        KC_IDX_STORE(ob + ow[v], best[v]);
-      } else {
-        const int cnt = DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn * wn[v] : (t1 - t0) * (h1 - h0) * (w1[v] - w0[v]);
-        out[ob + ow[v]] = st(acc[v] / (float)cnt);
-      }
-    }
+      for (int v = 0; v < VPT; ++v)
+        acc[v] /= (float)(DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn * wn[v] : (t1 - t0) * (h1 - h0) * (w1[v] - w0[v]));
+    kc_put(out, KC_IDX_ARG acc, best, row * OW, ow, OW, true);
   }
 }
 )CU";
@@ -211,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
 
 const char* pool_window(bool adaptive) { return adaptive ? kAdaptiveWin : kPoolWin; }
 const char* pool_runtime_kernel() { return kPoolKernel; }
-std::string pool_take_and_span() { return std::string(kPoolTake) + kPoolSpan; }
+std::string pool_take_and_span() { return std::string(kPoolTake) + kPoolSpan + kPoolPut; }
 const char* pool_baked_kernel() { return kPoolBakedKernel; }
 
 }  // namespace kc::evolve::cuda_tpl

@@ -53,7 +53,13 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
     long long rows, int IT, int IH, int IW, int OT, int OH, int OW) {
   const long long owc = (OW + VPT - 1) / VPT, ohc = (OH + ROWS - 1) / ROWS, total = rows / OH * ohc * owc;
   const long long step = GS ? (long long)gridDim.x * NT : total;
-  for (long long it = (long long)blockIdx.x * NT + threadIdx.x; it < total; it += step) {
+  // Warp-uniform steps, so a whole warp reaches kc_stage's exchanges together.
+  for (long long wb = (long long)blockIdx.x * NT + (threadIdx.x & ~31u); wb < total; wb += step) {
+    const long long it = wb + (threadIdx.x & 31);
+    if (it >= total) {
+      kc_put_none(out, KC_IDX_ARG ROWS);
+      continue;
+    }
     long long r1, pt, plane;   // pt: the (plane, t) of the strip
     int oc, oh0, ot;
     kc_coords(it, total, owc, (int)ohc, OT, r1, pt, plane, oc, oh0, ot);
@@ -94,19 +100,11 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
     }
 #pragma unroll
     for (int o = 0; o < ROWS; ++o) {
-      if (oh0 + o >= OH) break;
-      const long long ob = (pt * OH + oh0 + o) * OW;
+      if constexpr (!MAX)
 #pragma unroll
-      for (int v = 0; v < VPT; ++v) {
-        if (ow[v] >= OW) continue;
-        if constexpr (MAX) {
-          out[ob + ow[v]] = st(acc[o][v]);
-          KC_IDX_STORE(ob + ow[v], best[o][v]);
-        } else {
-          const int cnt = DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn[o] * wn[v] : (t1 - t0) * (h1[o] - h0[o]) * (w1[v] - w0[v]);
-          out[ob + ow[v]] = st(acc[o][v] / (float)cnt);
-        }
-      }
+        for (int v = 0; v < VPT; ++v)
+          acc[o][v] /= (float)(DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn[o] * wn[v] : (t1 - t0) * (h1[o] - h0[o]) * (w1[v] - w0[v]));
+      kc_put(out, KC_IDX_ARG acc[o], best[o], (pt * OH + oh0 + o) * OW, ow, OW, oh0 + o < OH);
     }
   }
 }

@@ -314,7 +314,10 @@ class EmuBackend : public Backend {
     if (!p.is_ok()) return p.status();
     if (!p->ok()) return Status::error(Code::kCompileError, "preprocessing for the emulation failed:\n" + read_file(log));
     if (!write_file(src, emulated_source(source, entries_of(read_file(pre))))) return Status::error(Code::kIOError, "cannot write " + src);
-    auto r = run_process(with({"-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", so, src}), po);
+    // -fno-gnu-unique: a static in an inline function (`__shared__` in a __forceinline__ helper)
+    // would otherwise be one STB_GNU_UNIQUE object for the whole process, so a candidate loaded
+    // later would use an earlier candidate's array, of its sizes; each emulation is its own.
+    auto r = run_process(with({"-std=c++17", "-O1", "-shared", "-fPIC", "-fno-gnu-unique", "-w", "-o", so, src}), po);
     if (!r.is_ok()) return r.status();
     CompileOutput out;
     out.log = read_file(log);

@@ -174,7 +174,8 @@ std::vector<Case> pool_cases() {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     cs.push_back({OpId::kMaxPool3d, {16, 32, 64, 64, 64}, dt, m3, 1, {{{"bake", 0}}, {{"vpt", 4}, {"regs", 1}}}});
     cs.push_back({OpId::kAvgPool3d, {16, 32, 64, 64, 64}, dt, a3, 1, {{{"vpt", 4}, {"il", 0}}}});
-    cs.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, dt, a2, 1, {{{"vpt", 8}, {"regs", 1}}, {{"rows", 4}, {"vpt", 2}}}});
+    cs.push_back({OpId::kAvgPool2d, {16, 64, 256, 256}, dt, a2, 1,
+                  {{{"vpt", 8}, {"regs", 1}}, {{"rows", 4}, {"vpt", 2}}, {{"rows", 4}, {"vpt", 4}, {"regs", 1}, {"stage", 1}}}});
     cs.push_back({OpId::kMaxPool2d, {16, 64, 256, 256}, dt, m2, 1});
     cs.push_back({OpId::kMaxPool2d, {8, 64, 112, 112}, dt, {{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, 1,
                   {{{"rows", 4}}, {{"rows", 4}, {"vpt", 4}, {"il", 0}}}});
@@ -222,6 +223,20 @@ std::vector<Case> pool_cases() {
                                                               {"ceil_mode", true}, {"count_include_pad", false}}, 4,
                 {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"bake", 0}, {"vpt", 4}}, {{"rows", 4}, {"vpt", 2}},
                  {{"rows", 4}, {"regs", 1}, {"vpt", 4}}}});
+  // Staged stores (kc_stage: a warp's consecutive outputs through shared memory), with and without
+  // indices, in strips, with grid stride and small blocks; the shapes leave partial output rows,
+  // partial strips and a partial last warp.
+  const std::vector<Knobs> staged = {{{"vpt", 2}, {"il", 0}, {"stage", 1}},
+                                     {{"vpt", 4}, {"regs", 1}, {"stage", 1}},
+                                     {{"vpt", 8}, {"regs", 1}, {"stage", 1}, {"gs", 1}, {"threads", 64}},
+                                     {{"rows", 4}, {"vpt", 4}, {"il", 0}, {"stage", 1}},
+                                     {{"rows", 2}, {"vpt", 2}, {"regs", 1}, {"stage", 1}, {"gs", 1}}};
+  cs.push_back({OpId::kMaxPool2d, {2, 3, 11, 13}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}, {"dilation", 2}}, 2,
+                staged});
+  cs.push_back({OpId::kMaxPool2dValues, {3, 5, 1, 77}, DType::kBF16,
+                {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}}, 2, staged});
+  cs.push_back({OpId::kAvgPool2d, {2, 3, 9, 16}, DType::kF16, a2, 2, staged});
+  cs.push_back({OpId::kAvgPool3d, {2, 2, 5, 7, 9}, DType::kBF16, a3, 2, staged});
   // Adaptive: non-divisible and upsampling sizes (the window kernel), the global average (the row
   // kernel, cuda.pool_global) at ResNet-50's head and an odd plane.
   cs.push_back({OpId::kAdaptiveAvgPool2d, {2, 3, 10, 7}, DType::kF32, {{"output_size", {3, 4}}}, 4});

@@ -29,7 +29,7 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_NE(t, nullptr);
   auto def = t->render(c, {});
   ASSERT_TRUE(def.is_ok()) << def.status().to_string();
-  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"threads", 256}, {"vl", 1}, {"vpt", 2}}));
+  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"stage", 0}, {"threads", 256}, {"vl", 1}, {"vpt", 2}}));
   EXPECT_NE(def->source.find("constexpr int KT = 3, KH = 3, KW = 3;"), std::string::npos);
   EXPECT_NE(def->source.find("constexpr int DT = 3, DH = 3, DW = 3;"), std::string::npos);
   // Outputs, input, rows and six sizes; the runtime kernel adds 12 window values, divisor, pad flag.
@@ -43,6 +43,14 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   auto span = t->render(c, {{"regs", 1}, {"il", 1}});
   ASSERT_TRUE(span.is_ok());
   EXPECT_EQ(span->knobs.at("il"), 0);   // a register span needs consecutive outputs
+  // Staged stores go with consecutive outputs only (il 0, vpt > 1), and a block whose staging
+  // does not fit the static shared memory is kUnsupported (indices add 8 bytes an output).
+  EXPECT_EQ(t->render(c, {{"stage", 1}, {"il", 1}})->knobs.at("stage"), 0);
+  EXPECT_EQ(t->render(c, {{"stage", 1}, {"il", 0}, {"vpt", 1}})->knobs.at("stage"), 0);
+  auto staged = t->render(c, {{"stage", 1}, {"il", 0}});
+  ASSERT_TRUE(staged.is_ok()) << staged.status().to_string();
+  EXPECT_NE(staged->source.find("STAGE = true"), std::string::npos);
+  EXPECT_EQ(t->render(c, {{"stage", 1}, {"il", 0}, {"vpt", 8}, {"threads", 1024}}).status().code(), Code::kUnsupported);
 
   // Strips of output rows: baked only, offered where the strip's windows share input rows (not at
   // stride 2 with dilation 3, nor where windows do not overlap), launched over strips.
