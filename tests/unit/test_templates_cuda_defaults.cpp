@@ -3,6 +3,8 @@
 // geometry and launches): the rendered knobs and launch specs, without a GPU.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <map>
 
 #include <string>
@@ -360,6 +362,21 @@ TEST(TemplatesCuda, FastMathOnlyForHalves) {
       ASSERT_TRUE(precise.is_ok());
       for (const char* fast : {"__expf", "__fdividef"}) EXPECT_EQ(precise->source.find(fast), std::string::npos);
     }
+}
+
+// cuda.reduction over a middle dim (columns): about 16 bytes of loads a lane in flight, so 8 rows
+// a thread for single 16-bit columns and for indexed states, 4 for fp32 sums.
+TEST(TemplatesCuda, ReductionColumnsKeepSixteenBytesInFlight) {
+  const std::tuple<OpId, DType, int64_t> want[] = {{OpId::kSum, DType::kBF16, 8}, {OpId::kVar, DType::kF16, 8},
+                                                   {OpId::kSum, DType::kF32, 4}, {OpId::kArgmax, DType::kF32, 8}};
+  for (const auto& [op, dt, unroll] : want) {
+    OpCall c = call_of({op, {16, 4096, 1023}, dt, {{"dim", 1}}});
+    const Template* t = cuda_template_for(c);
+    ASSERT_NE(t, nullptr);
+    auto def = t->render(c, {});
+    ASSERT_TRUE(def.is_ok()) << def.status().to_string();
+    EXPECT_EQ(def->knobs.at("unroll"), unroll) << op_info(op).name << " " << dtype_name(dt);
+  }
 }
 
 }  // namespace
