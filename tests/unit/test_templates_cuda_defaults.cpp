@@ -3,11 +3,9 @@
 // geometry and launches): the rendered knobs and launch specs, without a GPU.
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <map>
-
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "evolve/propose/proposer.h"
