@@ -51,6 +51,15 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_TRUE(staged.is_ok()) << staged.status().to_string();
   EXPECT_NE(staged->source.find("STAGE = true"), std::string::npos);
   EXPECT_EQ(t->render(c, {{"stage", 1}, {"il", 0}, {"vpt", 8}, {"threads", 1024}}).status().code(), Code::kUnsupported);
+  // The register-span seeds stage 8 outputs a thread, not 4 (the dilated max_pool1d's two seeds).
+  OpCall mp1 = call_of({OpId::kMaxPool2dValues, {64, 192, 1, 16384}, DType::kBF16,
+                        {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}}});
+  const std::vector<Knobs> mp1_seeds = t->seeds(mp1);
+  ASSERT_GE(mp1_seeds.size(), 2u);
+  EXPECT_EQ(mp1_seeds[0].at("vpt"), 4);
+  EXPECT_EQ(mp1_seeds[0].at("stage"), 0);
+  EXPECT_EQ(mp1_seeds[1].at("vpt"), 8);
+  EXPECT_EQ(mp1_seeds[1].at("stage"), 1);
 
   // Strips of output rows: baked only, offered where the strip's windows share input rows (not at
   // stride 2 with dilation 3, nor where windows do not overlap), launched over strips.
