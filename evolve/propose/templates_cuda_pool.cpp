@@ -128,6 +128,8 @@ class PoolTemplate : public Template {
     // Consecutive outputs a thread (il 0) stored through shared memory (kc_stage): register spans
     // need il 0, and their scattered stores otherwise bound them (templates_cuda_pool_kernels.cpp).
     sp.push_back({"stage", {0, 1}});
+    // Or stored as vectors where a lane's outputs start aligned (kc_put; no exchange).
+    sp.push_back({"vst", {0, 1}});
     sp.push_back({"gs", {0, 1}});
     return sp;
   }
@@ -163,6 +165,13 @@ class PoolTemplate : public Template {
         single["rows"] = 1;
         out.push_back(single);
       }
+    // The first seed's outputs stored as vectors where aligned (vst): last, so a short search
+    // keeps the seeds above; not measured on a GPU yet (2026-12-06).
+    if (!k.at("stage")) {
+      Knobs v = k;
+      v["vst"] = 1;
+      out.push_back(v);
+    }
     return out;
   }
 
@@ -182,6 +191,7 @@ class PoolTemplate : public Template {
     if (k.count("vl") && !(bake && k.at("regs"))) k["vl"] = 1;
     if (k.count("rows") && !bake) k["rows"] = 1;
     if (k.count("stage") && (!bake || k.at("vpt") == 1 || k.at("il"))) k["stage"] = 0;
+    if (k.count("vst") && (!bake || k.at("vpt") == 1 || k.at("il") || k.at("stage"))) k["vst"] = 0;
     const int64_t nt = k.at("threads"), vpt = k.at("vpt"), rows = k.count("rows") ? k.at("rows") : 1;
     const int64_t vl = k.count("vl") ? k.at("vl") : 1;
     if (!span_aligned(g, vpt, vl))
@@ -225,6 +235,7 @@ class PoolTemplate : public Template {
     return s + "constexpr int DIVISOR = " + S(g.divisor) + ", INCLUDE_PAD = " + (g.count_include_pad ? "1" : "0") +
            ";\nconstexpr bool IL = " + (k.at("il") ? "true" : "false") + ", REGS = " + (k.at("regs") ? "true" : "false") +
            ", STAGE = " + (k.count("stage") && k.at("stage") ? "true" : "false") +
+           ", VST = " + (k.count("vst") && k.at("vst") ? "true" : "false") +
            ";\nconstexpr int VL = " + S(vl) + ", OFF = " + S(sl.off) + ", NSPAN = " + S(sl.nspan) + ";\n";
   }
 

@@ -146,7 +146,10 @@ __device__ __forceinline__ void kc_span(const T* __restrict__ rp, int IW, int c0
 // 2026-12-06) the register-span pools were L2-bound on those partial writes (L2 86% busy, DRAM
 // 30%). STAGE sends a warp's outputs through shared memory instead, so each store instruction
 // writes 32 consecutive elements of one output row (kc_stage). A lane with no outputs (past the
-// end, or a strip row past OH) still takes part, as its warp's exchange needs every lane.
+// end, or a strip row past OH) still takes part, as its warp's exchange needs every lane. VST
+// instead stores a lane's outputs as vectors where they start aligned in the output (rows whose
+// length is a multiple of the vector: 56, 112, 256 columns), with no exchange; other lanes and
+// rows store element by element. The output's start is 16-byte aligned (dense calls only).
 const char* kPoolPut = R"CU(
 __device__ __forceinline__ void kc_stage(T* __restrict__ out, KC_IDX_PARAM const float* val, const long long* best, long long ob, int n) {
   constexpr int W = 32 * VPT, NW = NT / 32;
@@ -181,6 +184,23 @@ __device__ __forceinline__ void kc_put(T* __restrict__ out, KC_IDX_PARAM const f
   if constexpr (STAGE) {
     kc_stage(out, KC_IDX_ARG val, best, ob + ow[0], live ? max(0, min(VPT, OW - ow[0])) : 0);
   } else if (live) {
+    if constexpr (VST) {   // consecutive outputs, whole and aligned: vectors of up to 16 bytes
+      constexpr int VS = VPT * sizeof(T) <= 16 ? VPT : 16 / (int)sizeof(T);
+      struct alignas(sizeof(T) * VS) KcVs { T v[VS]; };
+      const long long o0 = ob + ow[0];
+      if (ow[0] + VPT <= OW && o0 % VS == 0) {
+#pragma unroll
+        for (int q = 0; q < VPT / VS; ++q) {
+          KcVs u;
+#pragma unroll
+          for (int e = 0; e < VS; ++e) u.v[e] = st(val[q * VS + e]);
+          *reinterpret_cast<KcVs*>(out + o0 + q * VS) = u;
+        }
+#pragma unroll
+        for (int v = 0; v < VPT; ++v) KC_IDX_STORE(o0 + v, best[v]);
+        return;
+      }
+    }
 #pragma unroll
     for (int v = 0; v < VPT; ++v)
       if (ow[v] < OW) {

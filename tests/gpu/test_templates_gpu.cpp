@@ -223,14 +223,18 @@ std::vector<Case> pool_cases() {
                                                               {"ceil_mode", true}, {"count_include_pad", false}}, 4,
                 {{{"vpt", 4}, {"regs", 1}}, {{"vpt", 4}}, {{"bake", 0}, {"vpt", 4}}, {{"rows", 4}, {"vpt", 2}},
                  {{"rows", 4}, {"regs", 1}, {"vpt", 4}}}});
-  // Staged stores (kc_stage: a warp's consecutive outputs through shared memory), with and without
-  // indices, in strips, with grid stride and small blocks; the shapes leave partial output rows,
-  // partial strips and a partial last warp.
+  // Staged stores (kc_stage: a warp's consecutive outputs through shared memory) and vector stores
+  // (vst: where a lane's outputs start aligned), with and without indices, in strips, with grid
+  // stride and small blocks; the shapes leave partial output rows, partial strips, a partial last
+  // warp, and rows of 13 and 77 columns (vectors start aligned on some lanes only) besides 16.
   const std::vector<Knobs> staged = {{{"vpt", 2}, {"il", 0}, {"stage", 1}},
                                      {{"vpt", 4}, {"regs", 1}, {"stage", 1}},
                                      {{"vpt", 8}, {"regs", 1}, {"stage", 1}, {"gs", 1}, {"threads", 64}},
                                      {{"rows", 4}, {"vpt", 4}, {"il", 0}, {"stage", 1}},
-                                     {{"rows", 2}, {"vpt", 2}, {"regs", 1}, {"stage", 1}, {"gs", 1}}};
+                                     {{"rows", 2}, {"vpt", 2}, {"regs", 1}, {"stage", 1}, {"gs", 1}},
+                                     {{"vpt", 4}, {"regs", 1}, {"vst", 1}},
+                                     {{"vpt", 8}, {"il", 0}, {"vst", 1}, {"gs", 1}, {"threads", 64}},
+                                     {{"rows", 4}, {"vpt", 4}, {"regs", 1}, {"vst", 1}}};
   cs.push_back({OpId::kMaxPool2d, {2, 3, 11, 13}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}, {"dilation", 2}}, 2,
                 staged});
   cs.push_back({OpId::kMaxPool2dValues, {3, 5, 1, 77}, DType::kBF16,

@@ -144,9 +144,10 @@ std::vector<Case> cases() {
                {{{"regs", 1}, {"vpt", 4}, {"vl", 8}, {"rows", 4}}, {{"regs", 1}, {"vpt", 4}, {"vl", 8}, {"rows", 1}}}});
   v.push_back({OpId::kAvgPool2d, {2, 3, 9, 12}, DType::kF32, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 0,
                {{{"regs", 1}, {"vpt", 4}, {"vl", 4}, {"rows", 4}}, {{"regs", 1}, {"vpt", 4}, {"vl", 4}, {"rows", 4}, {"stage", 1}}}});
-  // Staged stores (kc_stage) with and without the index output.
+  // Staged (kc_stage) and vector (vst) stores with and without the index output.
   v.push_back({OpId::kMaxPool2d, {2, 3, 11, 16}, DType::kF16, {{"kernel_size", 3}, {"stride", 1}, {"padding", 1}}, 0,
-               {{{"regs", 1}, {"vpt", 4}, {"stage", 1}}, {{"vpt", 8}, {"il", 0}, {"stage", 1}, {"gs", 1}, {"rows", 2}}}});
+               {{{"regs", 1}, {"vpt", 4}, {"stage", 1}}, {{"vpt", 8}, {"il", 0}, {"stage", 1}, {"gs", 1}, {"rows", 2}},
+                {{"regs", 1}, {"vpt", 8}, {"vst", 1}}, {{"vpt", 4}, {"il", 0}, {"vst", 1}, {"rows", 4}}}});
   v.push_back({OpId::kMaxPool2dValues, {64, 192, 1, 16384}, DType::kBF16,
                {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}}, 0,
                {{{"regs", 1}, {"vpt", 8}, {"vl", 4}, {"stage", 1}}}});

@@ -29,7 +29,8 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   ASSERT_NE(t, nullptr);
   auto def = t->render(c, {});
   ASSERT_TRUE(def.is_ok()) << def.status().to_string();
-  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"stage", 0}, {"threads", 256}, {"vl", 1}, {"vpt", 2}}));
+  EXPECT_EQ(def->knobs, (Knobs{{"bake", 1}, {"gs", 0}, {"il", 1}, {"regs", 0}, {"stage", 0}, {"threads", 256}, {"vl", 1}, {"vpt", 2},
+                               {"vst", 0}}));
   EXPECT_NE(def->source.find("constexpr int KT = 3, KH = 3, KW = 3;"), std::string::npos);
   EXPECT_NE(def->source.find("constexpr int DT = 3, DH = 3, DW = 3;"), std::string::npos);
   // Outputs, input, rows and six sizes; the runtime kernel adds 12 window values, divisor, pad flag.
@@ -60,6 +61,15 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   EXPECT_EQ(mp1_seeds[0].at("stage"), 0);
   EXPECT_EQ(mp1_seeds[1].at("vpt"), 8);
   EXPECT_EQ(mp1_seeds[1].at("stage"), 1);
+  // Vector stores: consecutive, unstaged outputs only; the first seed with them comes last.
+  EXPECT_EQ(t->render(c, {{"vst", 1}, {"il", 1}})->knobs.at("vst"), 0);
+  EXPECT_EQ(t->render(c, {{"vst", 1}, {"il", 0}, {"stage", 1}})->knobs.at("vst"), 0);
+  auto vst = t->render(c, {{"vst", 1}, {"il", 0}});
+  ASSERT_TRUE(vst.is_ok()) << vst.status().to_string();
+  EXPECT_NE(vst->source.find("VST = true"), std::string::npos);
+  Knobs first_vst = mp1_seeds[0];
+  first_vst["vst"] = 1;
+  EXPECT_EQ(mp1_seeds.back(), first_vst);
 
   // Strips of output rows: baked only, offered where the strip's windows share input rows (not at
   // stride 2 with dilation 3, nor where windows do not overlap), launched over strips.
@@ -121,12 +131,13 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
     OpCall d1 = call_of({OpId::kMaxPool2d, {64, 192, 1, 16384}, dt,
                          {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}}});
     auto s1d = t->seeds(d1);
-    ASSERT_EQ(s1d.size(), 2u) << dtype_name(dt);   // one output row: no strips, so no seed without them
+    ASSERT_EQ(s1d.size(), 3u) << dtype_name(dt);   // one output row: no strips, so no seed without them
     EXPECT_EQ(s1d[1].at("vpt"), 8);
     EXPECT_EQ(s1d[1].at("vl"), 4);
     EXPECT_TRUE(t->render(d1, s1d[1]).is_ok());
   }
-  EXPECT_EQ(t->seeds(v3).size(), 1u);   // 2x2 stride 2: 4 outputs in one 16-byte vector are already best; no strips
+  // 2x2 stride 2: 4 outputs in one 16-byte vector are already best; no strips; the vector stores'
+  EXPECT_EQ(t->seeds(v3).size(), 2u);
   OpCall narrow = call_of({OpId::kMaxPool2d, {1, 1, 5, 7}, DType::kF32, {{"kernel_size", 2}, {"stride", 2}}});
   for (const auto& d : t->space(narrow)) EXPECT_NE(d.name, "vl");   // 7 columns: no vector divides them
   EXPECT_TRUE(t->seeds(narrow).empty());
