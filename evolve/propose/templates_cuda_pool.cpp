@@ -52,7 +52,6 @@ SpanLayout span_layout(const PoolGeom& g, int64_t vpt, int64_t vl) {
 
 // The static shared memory of kc_stage (knob `stage`): a warp's 32 x vpt values padded by one a
 // row of 32, its lanes' output offsets and counts, and the indices where the op has them.
-constexpr int64_t kMaxStaticShared = 48 * 1024;
 int64_t stage_bytes(const PoolGeom& g, int64_t nt, int64_t vpt) {
   const int64_t w = 32 * vpt;
   return nt / 32 * ((w + w / 32) * 4 + 32 * 12 + (g.indices ? w * 8 : 0));
@@ -213,7 +212,7 @@ class PoolTemplate : public Template {
                       (g.indices ? "constexpr bool IDX = true;\n#define KC_IDX_PARAM long long* __restrict__ idx,\n"
                                    "#define KC_IDX_ARG idx,\n#define KC_IDX_STORE(i, v) idx[i] = v\n"
                                  : "constexpr bool IDX = false;\n#define KC_IDX_PARAM\n#define KC_IDX_ARG\n#define KC_IDX_STORE(i, v)\n") +
-                      kPoolCoords + pool_window(g.adaptive) + (bake ? pool_take_and_span() : "") +
+                      kPoolCoords + pool_window(g.adaptive) + (bake ? pool_baked_helpers() : "") +
                       with_entry(rows > 1 ? pool_strip_kernel() : bake ? pool_baked_kernel() : pool_runtime_kernel(), entry);
     const std::string its = rows > 1 ? "(numel(out0) / (size(out0, -1) * size(out0, -2))) * ceil_div(size(out0, -2), " +
                                            S(rows) + ") * ceil_div(size(out0, -1), " + S(vpt) + ")"

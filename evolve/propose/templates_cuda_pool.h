@@ -14,8 +14,9 @@ const char* pool_strip_kernel();
 const char* pool_window(bool adaptive);
 // The runtime kernel (bake 0): windows, strides, padding and dilation as arguments; needs kc_win.
 const char* pool_runtime_kernel();
-// kc_take (one tap) and kc_span (a register row span), which the baked and strip kernels share.
-std::string pool_take_and_span();
+// kc_take (one tap), kc_count (an average's divisor), kc_span (a register row span) and kc_put
+// (the outputs' stores, staged or vector), which the baked and strip kernels share.
+std::string pool_baked_helpers();
 // The baked kernel (bake 1, one output row a thread): needs kc_win, kc_take, kc_span and the
 // baked window constants.
 const char* pool_baked_kernel();

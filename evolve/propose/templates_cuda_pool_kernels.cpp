@@ -112,6 +112,11 @@ __device__ __forceinline__ void kc_take(float& acc, long long& best, float val, 
     acc += val;
   }
 }
+// An average's divisor from its window along t, h, w: the override, the padded extents, or the
+// taps inside the input.
+__device__ __forceinline__ float kc_count(int tn, int t0, int t1, int hn, int h0, int h1, int wn, int w0, int w1) {
+  return (float)(DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn * wn : (t1 - t0) * (h1 - h0) * (w1 - w0));
+}
 )CU";
 
 // The row span of a thread's VPT consecutive windows in registers (REGS; the baked and strip
@@ -279,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
     if constexpr (!MAX)
 #pragma unroll
       for (int v = 0; v < VPT; ++v)
-        acc[v] /= (float)(DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn * wn[v] : (t1 - t0) * (h1 - h0) * (w1[v] - w0[v]));
+        acc[v] /= kc_count(tn, t0, t1, hn, h0, h1, wn[v], w0[v], w1[v]);
     kc_put(out, KC_IDX_ARG acc, best, row * OW, ow, OW, true);
   }
 }
@@ -289,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
 
 const char* pool_window(bool adaptive) { return adaptive ? kAdaptiveWin : kPoolWin; }
 const char* pool_runtime_kernel() { return kPoolKernel; }
-std::string pool_take_and_span() { return std::string(kPoolTake) + kPoolSpan + kPoolPut; }
+std::string pool_baked_helpers() { return std::string(kPoolTake) + kPoolSpan + kPoolPut; }
 const char* pool_baked_kernel() { return kPoolBakedKernel; }
 
 }  // namespace kc::evolve::cuda_tpl

@@ -103,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(NT) KC_ENTRY(T* __restrict__ out, K
       if constexpr (!MAX)
 #pragma unroll
         for (int v = 0; v < VPT; ++v)
-          acc[o][v] /= (float)(DIVISOR ? DIVISOR : INCLUDE_PAD ? tn * hn[o] * wn[v] : (t1 - t0) * (h1[o] - h0[o]) * (w1[v] - w0[v]));
+          acc[o][v] /= kc_count(tn, t0, t1, hn[o], h0[o], h1[o], wn[v], w0[v], w1[v]);
       kc_put(out, KC_IDX_ARG acc[o], best[o], (pt * OH + oh0 + o) * OW, ow, OW, oh0 + o < OH);
     }
   }
