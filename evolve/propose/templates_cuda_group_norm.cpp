@@ -15,6 +15,7 @@
 // Statistics are fp32; the input is read through VEC-wide vectors, which requires VEC | HxW so
 // that a vector never straddles two channels.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_norm.h"
 
 namespace kc::evolve {
 namespace {

@@ -1,6 +1,7 @@
 // CUDA layer norm template (cuda.layer_norm).
 // Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_norm.h"
 
 namespace kc::evolve {
 namespace {

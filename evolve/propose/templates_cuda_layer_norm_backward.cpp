@@ -1,6 +1,7 @@
 // CUDA layer norm backward template (cuda.layer_norm_backward).
 // Part of the CUDA op-family templates; shared pieces in templates_cuda_common.h.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_norm.h"
 
 namespace kc::evolve {
 namespace {
@@ -227,7 +228,7 @@ class LayerNormBackwardTemplate : public Template {
       rsplit = k["col_split"];
       if (N % cv != 0) return unsupported("col_vec " + S(cv) + " does not divide the row (" + S(N) + ")");
       // Static shared memory: TY x 32 x CV floats per column sum (8 halves a thread reach 64 KiB).
-      if ((gw + gb) * ty * 32 * cv * 4 > 48 * 1024)
+      if ((gw + gb) * ty * 32 * cv * 4 > kMaxStaticShared)
         return unsupported("col_ty " + S(ty) + " x col_vec " + S(cv) + " needs over 48 KiB of shared memory");
     }
     const DType dt = c.input("input")->dtype;

@@ -14,6 +14,7 @@
 // Knobs: threads, rows, vec, regs (row registers), split. Element types through layer norm's
 // KC_ELEM / KC_VECT (ln_body): fp32 math, halves read and rounded once.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_norm.h"
 #include "evolve/propose/templates_rms_norm.h"
 
 namespace kc::evolve {

@@ -15,6 +15,7 @@
 // Defaults: the forward's row geometry; for the columns 16-byte vectors, 8 warps a block and
 // enough row ranges for ~2 blocks an SM while each range keeps at least 32 rows a warp.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_norm.h"
 #include "evolve/propose/templates_rms_norm.h"
 
 namespace kc::evolve {
@@ -214,7 +215,7 @@ class RmsNormBackwardTemplate : public Template {
       cv = k.at("col_vec");
       rsplit = k.at("col_split");
       if (N % cv != 0) return unsupported("col_vec " + S(cv) + " does not divide the row (" + S(N) + ")");
-      if (ty * 32 * cv * 4 > 48 * 1024) return unsupported("col_ty x col_vec needs over 48 KiB of shared memory");
+      if (ty * 32 * cv * 4 > kMaxStaticShared) return unsupported("col_ty x col_vec needs over 48 KiB of shared memory");
     }
     return make_candidate(name(), std::move(k), source(f.g.dt, r, hw, gi, gw, ty, cv, rsplit),
                           launches(f, r, split, ty, cv, rsplit), scratch(gi, gw, split, rsplit));

@@ -1,0 +1,87 @@
+// The norm templates' shared pieces (layer norm forward and backward, RMSNorm forward and
+// backward, group norm's split): row geometry, split knobs, optional parameter lists and the
+// element type of their device code. Internal to evolve/.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "evolve/propose/templates_cuda_common.h"
+
+namespace kc::evolve::cuda_tpl {
+
+// Layer norm geometry; split knobs (layer norm, RMSNorm, group norm); parameter lists.
+
+inline const std::vector<int64_t> kSplits = {33, 66, 132, 264, 528, 1056};
+
+// Number of rows M and row length N of a layer norm call (forward: input + normalized_shape), whose
+// input is f32, bf16 or f16.
+inline bool ln_geometry(const OpCall& c, int64_t& M, int64_t& N) {
+  const TensorMeta* x = c.input("input");
+  if (!x || !x->defined || !elem_dtype(x->dtype)) return false;
+  auto ns = c.list_arg("normalized_shape");
+  const int64_t nd = static_cast<int64_t>(x->sizes.size());
+  if (ns.empty() || static_cast<int64_t>(ns.size()) > nd) return false;
+  N = 1;
+  for (size_t i = 0; i < ns.size(); ++i) {
+    if (x->sizes[nd - ns.size() + i] != ns[i]) return false;
+    N *= ns[i];
+  }
+  if (N <= 0 || x->numel() == 0) return false;
+  M = x->numel() / N;
+  return N <= INT_MAX / 2 && M <= INT_MAX;
+}
+
+// An absent parameter, or N elements of the input's dtype (CUDA eager refuses mixed parameters).
+inline bool ln_param_ok(const TensorMeta* t, int64_t N, DType dt) {
+  return !t || !t->defined || (t->dtype == dt && t->numel() == N);
+}
+
+// Split knob values worth trying: chunks of at least 1024 elements, at most 2^31 blocks.
+inline std::vector<int64_t> split_values(int64_t M, int64_t N) {
+  std::vector<int64_t> v = {0};
+  for (int64_t s : kSplits)
+    if (N / s >= 1024 && M * s <= INT_MAX) v.push_back(s);
+  // Default: split when rows are too few to fill the GPU, aiming at ~4 blocks per SM.
+  int64_t def = 0;
+  if (M < 2 * kSms)
+    for (int64_t s : v)
+      if (s > 0 && (def == 0 || M * def < 4 * kSms)) def = s;
+  return with_default(v, def);
+}
+
+// Parameter lists for optional tensors of element type `elem`: the launch spec may only name
+// defined ones.
+inline std::string opt_params(const std::vector<std::pair<std::string, bool>>& ps, const char* macro, const char* locals,
+                              const std::string& elem = "float") {
+  std::string params = "#define " + std::string(macro), loc = "#define " + std::string(locals);
+  for (const auto& [n, on] : ps) {
+    if (on) params += " , const " + elem + "* __restrict__ " + n;
+    else loc += " const " + elem + "* " + n + " = nullptr; (void)" + n + ";";
+  }
+  return params + "\n" + loc + "\n";
+}
+
+// The layer norm bodies name their element type KC_ELEM and its VEC-wide vector KC_VECT: float and
+// V for f32, which renders the fp32 sources byte for byte as before the halves (their digests
+// hold), and for bf16 / f16 KcE, a 16-bit word that reads as float (ld) and rounds to nearest even
+// when a float is stored into it (st), so the arithmetic stays fp32 and every output rounds once.
+inline const char* ln_elem(DType d) { return d == DType::kF32 ? "float" : "KcE"; }
+
+inline std::string ln_body(const char* body, DType d) {
+  return replace_all(replace_all(body, "KC_ELEM", ln_elem(d)), "KC_VECT", d == DType::kF32 ? "V" : "KcVE");
+}
+
+// KcE and KcVE for halves (after dtype_prelude and row_consts: ld, st, VEC); nothing for f32.
+inline std::string ln_elem_prelude(DType d) {
+  if (d == DType::kF32) return "";
+  return R"CU(struct KcE {
+  T u;
+  __device__ __forceinline__ operator float() const { return ld(u); }
+  __device__ __forceinline__ KcE& operator=(float f) { u = st(f); return *this; }
+};
+struct alignas(sizeof(KcE) * VEC) KcVE { KcE v[VEC]; };
+)CU";
+}
+
+}  // namespace kc::evolve::cuda_tpl
