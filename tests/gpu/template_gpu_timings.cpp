@@ -86,10 +86,12 @@ TEST_F(Gpu, TimingsPoolVar) {
               w8 = {{"regs", 1}, {"vpt", 4}, {"vl", 8}};
   auto with = [](Knobs k, int64_t rows) { k["rows"] = rows; return k; };
   auto staged = [](Knobs k) { k["stage"] = 1; return k; };   // stores through shared memory (kc_stage)
+  auto vstore = [](Knobs k) { k["vst"] = 1; return k; };      // aligned vector stores, no exchange (kc_put)
   const std::vector<T> ts = {
       {OpId::kAvgPool2d, {16, 64, 256, 256}, s1,
        {{}, {{"vpt", 2}, {"regs", 1}}, {{"rows", 4}, {"vpt", 2}, {"regs", 1}}, staged({{"rows", 4}, {"vpt", 2}, {"regs", 1}}),
-        with(v4, 4), staged(with(v4, 4)), with(v8, 4), staged(with(v8, 4)), staged(with(v4, 1)), staged({{"rows", 4}, {"vpt", 4}, {"il", 0}})},
+        with(v4, 4), staged(with(v4, 4)), with(v8, 4), staged(with(v8, 4)), staged(with(v4, 1)), staged({{"rows", 4}, {"vpt", 4}, {"il", 0}}),
+        vstore(with(v4, 4)), vstore(with(v8, 4)), vstore(with(v4, 1))},
        a2, a2},
       {OpId::kMaxPool2d, {32, 64, 112, 112}, stem,
        {{}, {{"rows", 4}}, {{"rows", 4}, {"vpt", 1}}, {{"rows", 4}, {"vpt", 4}}, with(v4, 1), with(w8, 1), with(w8, 4)},
@@ -99,16 +101,17 @@ TEST_F(Gpu, TimingsPoolVar) {
       // The values alone (no index output), as aten::max_pool2d is served when no gradient is wanted.
       {OpId::kMaxPool2dValues, {32, 64, 112, 112}, stem, {{}, {{"rows", 4}}, with(v4, 1), with(w8, 1), with(w8, 4)},
        32.0 * 64 * 112 * 112, 32.0 * 64 * 56 * 56},
-      {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, with(v4, 4), staged(with(v4, 4)), with(v8, 4), staged(with(v8, 4))},
+      {OpId::kMaxPool2dValues, {16, 32, 256, 256}, k4, {{}, with(v4, 4), staged(with(v4, 4)), with(v8, 4), staged(with(v8, 4)), vstore(with(v4, 4)), vstore(with(v8, 4))},
        16.0 * 32 * 256 * 256, 16.0 * 32 * 255 * 255},
       // max_pool1d (kernel 8, stride 1, padding 4, dilation 3), served through the 2d kernels on a
       // one-high plane, where bf16 ran at 24% of copy and behind torch.compile (docs/PERF.md).
       {OpId::kMaxPool2dValues, {64, 192, 1, 16384}, d1,
        {{}, v4, staged(v4), {{"regs", 1}, {"vpt", 8}, {"vl", 4}}, staged({{"regs", 1}, {"vpt", 8}, {"vl", 4}}),
-        staged({{"regs", 1}, {"vpt", 8}, {"vl", 4}, {"threads", 128}}), staged({{"regs", 1}, {"vpt", 2}, {"vl", 2}})},
+        staged({{"regs", 1}, {"vpt", 8}, {"vl", 4}, {"threads", 128}}), staged({{"regs", 1}, {"vpt", 2}, {"vl", 2}}),
+        vstore(v4), vstore({{"regs", 1}, {"vpt", 8}, {"vl", 4}}), vstore({{"regs", 1}, {"vpt", 8}, {"vl", 4}, {"threads", 128}})},
        64.0 * 192 * 16384, 64.0 * 192 * 16371},
       // 3D video's 2x2x2 stride 2: no span without vectors (the windows do not overlap).
-      {OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, {{"kernel_size", 2}, {"stride", 2}}, {{}, v4, staged(v4), w8, staged(w8)},
+      {OpId::kMaxPool3dValues, {8, 64, 16, 112, 112}, {{"kernel_size", 2}, {"stride", 2}}, {{}, v4, staged(v4), w8, staged(w8), vstore(v4), vstore(w8)},
        8.0 * 64 * 16 * 112 * 112, 8.0 * 64 * 8 * 56 * 56},
       {OpId::kVarMean, {16, 4096, 1023}, {{"dim", -1}}, {{}, {{"unroll", 8}}, {{"rows", 8}}, {{"rows", 2}}, {{"threads", 64}}},
        r, 2 * 16.0 * 4096},
