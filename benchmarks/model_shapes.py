@@ -2,7 +2,7 @@
 ResNet-50, a Stable Diffusion U-Net, 3D video nets, scans and reductions): eager PyTorch,
 torch.compile and kernelcraft serving a pre-warmed cache, per call, dtype and mode.
 
-What is measured, for every case of CASES below, dtype (--dtypes) and mode ("fwd": the call;
+What is measured, for every case of the set --cases names (model_cases.py), dtype (--dtypes) and mode ("fwd": the call;
 "fwd+bwd": the call, then backward of a fixed random gradient of its outputs, for cases with a
 differentiable input):
   eager        plain PyTorch, in a process that never loads the library;
@@ -60,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from eager_ops import COPY_BW, bench, copy_bw  # noqa: E402
-from model_cases import CASES, MODES, OPS, label  # noqa: E402
+from model_cases import CASE_SETS, MODES, OPS, label  # noqa: E402
 from model_report import report  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def case_shape(case, smoke):
 
 def plan(a):
     """The (case, dtype, mode) triples this run measures, in table order."""
-    for c in CASES:
+    for c in CASE_SETS[a.cases]:
         if a.only and not any(o in f"{c.model} {label(c)}" for o in a.only.split("|")):
             continue
         for dtype in a.dtypes.split(","):
@@ -236,7 +236,7 @@ def run_worker(phase, a):
 
 def worker_cmd(phase, a):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", phase, "--device", a.device,
-           "--dtypes", a.dtypes, "--modes", a.modes, "--out", a.out, "--lib", a.lib, "--commit", a.commit]
+           "--dtypes", a.dtypes, "--modes", a.modes, "--out", a.out, "--lib", a.lib, "--commit", a.commit, "--cases", a.cases]
     return cmd + (["--only", a.only] if a.only else []) + (["--smoke"] if a.smoke else [])
 
 
@@ -282,7 +282,7 @@ def run_phases(a):
 
 def list_cases(a):
     print(f"{'model':12} {'call':48} {'shape' + (' (smoke)' if a.smoke else ''):22} {'dtypes':17} modes")
-    for c in CASES:
+    for c in CASE_SETS[a.cases]:
         modes = "fwd, fwd+bwd" if OPS[c.call].grads else "fwd"
         shape = "x".join(map(str, case_shape(c, a.smoke)))
         print(f"{c.model:12} {label(c):48} {shape:22} {','.join(c.dtypes):17} {modes}")
@@ -300,6 +300,8 @@ def parse_args():
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--phases", default="all", help=f"all, or a comma-separated subset of {','.join(PHASES)}")
+    ap.add_argument("--cases", default="models", choices=sorted(CASE_SETS),
+                    help="models: the table (model layers, single-op rows); large: 1-8 GiB single-op calls")
     ap.add_argument("--only", default="", help="only cases whose 'model call' contains this text (or one of A|B|...)")
     ap.add_argument("--out", default="model-shapes-out")
     ap.add_argument("--cache", help="the cache evolved and served (default OUT/cache)")

@@ -3,7 +3,7 @@
 # the CUDA template tests of the families side by side, the probe tests, the timing gtests named
 # by TIMINGS, then a slice of the model-shape table (ONLY, fwd) with its offline search, served,
 # eager and torch.compile, in whatever is left of DEADLINE seconds (default 540). Logs to $OUT.
-#   OUT=... [TIMINGS=Gpu.TimingsPoolVar] [ONLY="avg_pool2d|..."] [DTYPES=float32,bfloat16] \
+#   OUT=... [TIMINGS=Gpu.TimingsPoolVar] [CASESET=models|large] [ONLY="avg_pool2d|..."] [DTYPES=float32,bfloat16] \
 #     [EVOLVE_ARGS="--generations 3 --budget-s 6"] [DEADLINE=540] scripts/device_check.sh
 set -uo pipefail
 # At most eight files come back from a call: everything is packed into $OUT/check.tgz at exit.
@@ -18,7 +18,7 @@ if [ -n "${TIMINGS:-}" ]; then
 fi
 [ -z "${ONLY:-}" ] && exit 0
 export LD_LIBRARY_PATH=$PWD/.device-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} PYTHONUNBUFFERED=1 KERNELCRAFT_LOG_LEVEL=warn
-MS=/tmp/kc-check; common=(--only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes fwd --out $MS --cache $MS/cache --lib $LIB --cli $CLI)
+MS=/tmp/kc-check; common=(--cases "${CASESET:-models}" --only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes fwd --out $MS --cache $MS/cache --lib $LIB --cli $CLI)
 python3 benchmarks/model_shapes.py "${common[@]}" --phases record > $OUT/ms.log 2>&1
 timeout $(( $(left) - 90 )) $CLI --cache-dir $MS/cache evolve --keys $MS/keys.txt ${EVOLVE_ARGS:---generations 3 --budget-s 6} > $OUT/evolve.log 2>&1
 echo "evolve rc=$? ($(grep -cE '^(served|eager_best|exists)' $OUT/evolve.log) keys done), $(left) s left"

@@ -2,7 +2,7 @@
 # On the H200 machine: one slice of the model-shape table (benchmarks/model_shapes.py) per device
 # call, the pre-warmed cache carried from slice to slice, since the whole table (about 280 rows and
 # 260 keys) does not fit one call. Logs to $OUT.
-#   OUT=... SLICE=NAME ONLY="single-op|..." [DTYPES=float32,bfloat16] [MODES=fwd] \
+#   OUT=... SLICE=NAME [CASESET=models|large] ONLY="single-op|..." [DTYPES=float32,bfloat16] [MODES=fwd] \
 #     [EVOLVE_ARGS="--generations 2 --budget-s 3"] [EVOLVE_S=240] [TIME_S=200] \
 #     [PAR=1] [BUILD_TARGETS="kernelcraft_lib kernelcraft"] scripts/device_table.sh
 # The cache: .ms-cache/cache.tgz if present (an earlier slice's $OUT/cache.tgz, carried), else
@@ -16,7 +16,7 @@ W=/tmp/kc-table; MS=$W/ms-$SLICE; mkdir -p $W $MS
 # At most eight files come back from a call: the cache, the rows and one tarball of the logs.
 trap 'tar -C $W -czf $OUT/cache.tgz cache; cp $OUT/*.txt $OUT/*.log $MS/ 2>/dev/null; tar -C $W -czf $OUT/ms-$SLICE.tgz ms-$SLICE
       (cd $OUT && tar czf logs.tgz *.log && rm -f *.log)' EXIT
-common=(--only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes "${MODES:-fwd}" --out $MS
+common=(--cases "${CASESET:-models}" --only "$ONLY" --dtypes "${DTYPES:-float32,bfloat16}" --modes "${MODES:-fwd}" --out $MS
         --cache $W/cache --lib $LIB --cli $CLI --commit "${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}")
 # The search gets what is left of EVOLVE_S; a key it did not reach stays a miss and is timed as
 # eager in the serve phase (the table's served column says so). PAR=N: N searches side by side,
