@@ -21,6 +21,7 @@
 // Vectors need VEC | HxW so one never straddles two planes. Sizes are kernel arguments (64-bit
 // offsets), so one source serves every shape of a dtype and knob setting.
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_norm.h"
 
 namespace kc::evolve {
 namespace {
@@ -208,30 +209,6 @@ bool bn_geometry(const OpCall& c, BnGeom& g) {
 }
 
 
-// Blocks per channel of the fused launch (a cluster; 0: the three launches). Default: the fewest
-// whose slices are at most 256 KB with at least one block per SM; three launches when the
-// channel is over 8 such slices.
-std::vector<int64_t> fuse_values(const BnGeom& g) {
-  const int64_t elems = g.n * g.hw, bytes = elems * static_cast<int64_t>(dtype_size(g.x));
-  std::vector<int64_t> v = {0};
-  for (int64_t p = 1; p <= 8 && g.c * p <= INT_MAX; p *= 2)
-    if (p == 1 || elems / p >= 1024) v.push_back(p);
-  int64_t def = 0;
-  for (int64_t p : v)
-    if (p > 0 && bytes / p <= (int64_t{256} << 10) && g.c * p >= kSms) { def = p; break; }
-  return with_default(v, def);
-}
-
-// Blocks per SM of the fused launch (0: as many as fit). Its second read of a slice hits L2 only
-// if the slices being read at once fit there (the H200's L2 is 50 MB); with 128-256 KB fp32
-// slices and eight 256-thread blocks per SM they do not (fp32 instance norm, (1,1024,256,256)).
-// The cap is taken by reserving dynamic shared memory the kernel does not use.
-std::vector<int64_t> resident_values() { return {0, 1, 2, 4}; }
-int64_t reserve_smem(int64_t resident) {
-  constexpr int64_t kSmPerSm = 228 << 10, kPerBlock = 1 << 10, kStatic = 1 << 10;
-  return resident > 0 ? kSmPerSm / resident - kPerBlock - kStatic : 0;
-}
-
 std::vector<KnobDim> bn_space(const BnGeom& g) {
   std::vector<KnobDim> sp;
   auto vecs = vec_values(g.x, g.hw);
@@ -239,7 +216,7 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
   sp.push_back({"vec", with_default(vecs, vecs.back())});
   sp.push_back({"items", {4, 1, 2, 8}});
   if (g.training) sp.push_back({"bpc", channel_block_values(g.c, g.n * g.hw / vecs.back())});
-  if (g.training) sp.push_back({"fuse", fuse_values(g)});
+  if (g.training) sp.push_back({"fuse", fuse_values(g.c, g.n * g.hw, dtype_size(g.x))});
   if (g.training) sp.push_back({"resident", resident_values()});
   return sp;
 }
@@ -249,9 +226,7 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
 std::string bn_consts(const BnGeom& g, const Knobs& k) {
   std::string s = "constexpr int NT = " + S(k.at("threads")) + ", G = NT, VEC = " + S(k.at("vec")) +
                   ", ITEMS = " + S(k.at("items")) + ";\n";
-  const int64_t cl = k.count("fuse") ? k.at("fuse") : 0;
-  s += "#define CL " + S(cl) + "\n#define KC_CLUSTER_DIMS" + (cl > 1 ? " __cluster_dims__(CL, 1, 1)\n" : "\n");
-  return s + affine_prelude(g.p, g.has_w, g.has_b);
+  return s + cluster_consts(k.count("fuse") ? k.at("fuse") : 0) + affine_prelude(g.p, g.has_w, g.has_b);
 }
 
 class BatchNormTemplate : public Template {

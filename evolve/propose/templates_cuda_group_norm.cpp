@@ -12,8 +12,16 @@
 //     of a row agree bit for bit), and applies y = x * a + b' with a = rstd * w[c] and
 //     b' = b[c] - mean * a computed once for the block. The first block of each row writes its
 //     mean and rstd.
+//   fuse = CL > 0 (templates_cuda_norm.h fuse_values), for rows of up to a few MB: one launch, a
+//     cluster of CL blocks a row, each block the Welford statistics of its slice; after a cluster
+//     barrier every block combines the CL partials in the same order and normalizes its own
+//     slice, whose second read then comes from L2 (knob "resident" caps the blocks an SM so the
+//     slices read at once fit there). DRAM sees one read and one write, where the split reads
+//     the input twice once it is larger than L2.
 // Statistics are fp32; the input is read through VEC-wide vectors, which requires VEC | HxW so
 // that a vector never straddles two channels.
+#include <algorithm>
+
 #include "evolve/propose/templates_cuda_common.h"
 #include "evolve/propose/templates_cuda_norm.h"
 
@@ -177,6 +185,49 @@ extern "C" __global__ void __launch_bounds__(NT) kc_group_norm_apply(T* __restri
     if (i < hwv) yv[i] = kc_apply(xv[i], fa, fc);
   }
 }
+
+#if CL > 0
+__device__ __forceinline__ int kc_slice(int nv, int P) { return (nv + P - 1) / P; }
+// Grid: M * CL blocks of G = NT threads; the CL blocks of row (n, g) form one cluster.
+extern "C" __global__ void __launch_bounds__(NT) KC_CLUSTER_DIMS kc_group_norm_fused(T* __restrict__ y,
+    ST* __restrict__ mean, ST* __restrict__ rstd, float* __restrict__ part, const T* __restrict__ x KC_WB_PARAMS,
+    int L, int HW, int CPG, int GROUPS, float eps) {
+  KC_WB_LOCALS
+  __shared__ float sh[96];
+  const long long row = blockIdx.x / CL;
+  const int p = blockIdx.x % CL, nv = L / VEC, per = kc_slice(nv, CL), lo = p * per, hi = min(nv, lo + per);
+  const V* xv = reinterpret_cast<const V*>(x + row * L);
+  V* yv = reinterpret_cast<V*>(y + row * L);
+  KcW a{0.f, 0.f, 0.f};
+  for (int i = lo + (int)threadIdx.x; i < hi; i += NT) {
+    float vm, vq;
+    kc_vstats(xv[i], vm, vq);
+    kc_wadd(a, (float)VEC, vm, vq);
+  }
+  kc_gwelford(a, sh);
+  if constexpr (CL > 1) {
+    if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
+    __threadfence();
+    __cluster_barrier_arrive();   // release: the partials written above are visible after the wait
+    __cluster_barrier_wait();
+    a = KcW{0.f, 0.f, 0.f};   // every block combines the same partials in the same order
+    for (int r = 0; r < CL; ++r) {
+      const int n = min(per, max(0, nv - r * per));
+      const float* pr = part + 2 * (row * CL + r);
+      kc_wadd(a, (float)(n * VEC), __ldcg(pr), __ldcg(pr + 1));
+    }
+  }
+  const float mu = a.m, rs = rsqrtf(fmaxf(a.q / (float)L, 0.f) + eps);
+  if (p == 0 && threadIdx.x == 0) { mean[row] = sts(mu); rstd[row] = sts(rs); }
+  KcChan ch(lo + (int)threadIdx.x, HW / VEC);
+  const long long ch0 = (row % GROUPS) * CPG;
+  for (int i = lo + (int)threadIdx.x; i < hi; i += NT) {
+    ch.at(ch0, mu, rs, w, b);
+    yv[i] = kc_apply(xv[i], ch.a, ch.c);
+    ch.next();
+  }
+}
+#endif
 )CU";
 
 struct GnGeom {
@@ -230,6 +281,13 @@ std::vector<KnobDim> gn_space(const GnGeom& g) {
   auto splits = split_values(g.m, g.l);
   if (splits.front() != 0) sp[0].values = with_default(sp[0].values, 256);   // block of the split kernels
   sp.push_back({"split", splits});
+  // The fused launch is offered, not the default: the split and the row kernels stay the first
+  // setting until the fused one is measured against them (seeds put it in the first generation).
+  auto fuse = fuse_values(g.m, g.l, dtype_size(g.x));
+  fuse.erase(std::remove(fuse.begin(), fuse.end(), 0), fuse.end());
+  fuse.insert(fuse.begin(), 0);
+  sp.push_back({"fuse", fuse});
+  sp.push_back({"resident", resident_values()});
   return sp;
 }
 
@@ -253,14 +311,27 @@ class GroupNormTemplate : public Template {
     return gn_geometry(c, g) ? gn_space(g) : std::vector<KnobDim>{};
   }
 
+  // The fused launch where its slices are at most 256 KB (fuse_values' own default), at one or
+  // two wide blocks an SM so that the slices read at once fit L2, as cuda.batch_norm's seeds.
+  std::vector<Knobs> seeds(const OpCall& c) const override {
+    GnGeom g;
+    if (!gn_geometry(c, g)) return {};
+    const int64_t cl = fuse_values(g.m, g.l, dtype_size(g.x)).front();
+    if (cl == 0) return {};
+    return {{{"fuse", cl}, {"threads", 1024}, {"resident", 1}}, {{"fuse", cl}, {"threads", 512}, {"resident", 2}}};
+  }
+
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
     GnGeom g;
     if (!gn_geometry(c, g)) return unsupported("cuda.group_norm does not handle this call");
     auto kr = pick(gn_space(g), kin);
     if (!kr.is_ok()) return kr.status();
     Knobs k = kr.value();
+    const int64_t fuse = k.at("fuse");
+    if (fuse == 0 && k.at("resident") > 0) return unsupported("resident caps the fused launch only");
+    if (fuse > 0) k["split"] = 0;   // one launch replaces both strategies
     const int64_t split = k["split"];
-    if (split > 0) {   // the split kernels stream their chunk, one block a chunk or plane piece
+    if (split > 0 || fuse > 0) {   // these kernels stream their chunk, one block a chunk or slice
       k["regs"] = 0;
       k["rows"] = 1;
     }
@@ -269,16 +340,17 @@ class GroupNormTemplate : public Template {
     const RowGeom r = gr.value();
     const std::string src = "// kernelcraft cuda.group_norm " + std::string(dtype_name(g.x)) + " params " +
                             dtype_name(g.p) + " stats " + dtype_name(g.s) + "\n" + dtype_prelude(g.x) +
-                            row_consts(r) + "constexpr int KA = " + S(kApplyItems) + ";\n" + gn_types(g) +
-                            kGroupHelpers + kGnBody;
-    auto lr = launches(g, r, split);
+                            row_consts(r) + "constexpr int KA = " + S(kApplyItems) + ";\n" + cluster_consts(fuse) +
+                            gn_types(g) + kGroupHelpers + kGnBody;
+    auto lr = launches(g, r, split, fuse, k.at("resident"));
     if (!lr.is_ok()) return lr.status();
     return make_candidate(name(), std::move(k), src, std::move(lr.value().first), std::move(lr.value().second));
   }
 
  private:
   // The launch list and scratch of a setting. Sizes come from the call's scalars.
-  static Result<std::pair<json, json>> launches(const GnGeom& g, const RowGeom& r, int64_t split) {
+  static Result<std::pair<json, json>> launches(const GnGeom& g, const RowGeom& r, int64_t split, int64_t fuse,
+                                                int64_t resident) {
     const std::string Ms = "N * group", Ls = "C / group * HxW", Cpg = "C / group";
     std::vector<std::string> wb;
     if (g.has_w) wb.push_back("ptr:weight");
@@ -289,6 +361,14 @@ class GroupNormTemplate : public Template {
     };
     const std::vector<std::string> head = cat({"ptr:out0", "ptr:out1", "ptr:out2", "ptr:input"}, wb);
     json ls = json::array();
+    if (fuse > 0) {
+      const std::string blocks = Ms + " * " + S(fuse);
+      ls.push_back(launch("kc_group_norm_fused", {blocks}, {r.g},
+                          cat({"ptr:out0", "ptr:out1", "ptr:out2", "ptr:part", "ptr:input"},
+                              cat(wb, {"i32:" + Ls, "i32:HxW", "i32:" + Cpg, "i32:group", "f32:eps"}))));
+      ls.back()["smem"] = reserve_smem(resident);
+      return std::make_pair(ls, json::array({{{"name", "part"}, {"bytes", blocks + " * 8"}}}));
+    }
     if (split == 0) {
       ls.push_back(launch("kc_group_norm", {row_grid(r, Ms)}, {r.g * r.rpb},
                           cat(head, {"i64:" + Ms, "i32:" + Ls, "i32:HxW", "i32:" + Cpg, "i32:group", "f32:eps"})));

@@ -1,6 +1,7 @@
 // The norm templates' shared pieces (layer norm forward and backward, RMSNorm forward and
-// backward, group norm's split): row geometry, split knobs, optional parameter lists and the
-// element type of their device code. Internal to evolve/.
+// backward, group norm's split, the fused cluster launch of batch norm and group norm): row
+// geometry, split and fuse knobs, optional parameter lists and the element type of their device
+// code. Internal to evolve/.
 #pragma once
 #include <string>
 #include <utility>
@@ -48,6 +49,37 @@ inline std::vector<int64_t> split_values(int64_t M, int64_t N) {
     for (int64_t s : v)
       if (s > 0 && (def == 0 || M * def < 4 * kSms)) def = s;
   return with_default(v, def);
+}
+
+// The fused launch (batch norm, group norm): a cluster of CL blocks a row (a channel), each block
+// the statistics of its slice, the cluster's partials combined after a cluster barrier, then the
+// same block normalizes the same slice. Its second read comes from L2 only if the slices read at
+// once fit there (the H200's L2 is 50 MB); with 128-256 KB fp32 slices and eight 256-thread
+// blocks an SM they do not (fp32 instance norm, (1,1024,256,256)).
+// Blocks a row: 0 (not fused) or a power of two up to 8 (the portable cluster size) with at
+// least 1024 elements a slice. Default: the fewest whose slices are at most 256 KB with at least
+// one block an SM; 0 where a row needs more than 8 such slices.
+inline std::vector<int64_t> fuse_values(int64_t rows, int64_t elems, int64_t elem_bytes) {
+  std::vector<int64_t> v = {0};
+  for (int64_t p = 1; p <= 8 && rows * p <= INT_MAX; p *= 2)
+    if (p == 1 || elems / p >= 1024) v.push_back(p);
+  int64_t def = 0;
+  for (int64_t p : v)
+    if (p > 0 && elems * elem_bytes / p <= (int64_t{256} << 10) && rows * p >= kSms) { def = p; break; }
+  return with_default(v, def);
+}
+
+// Blocks an SM of the fused launch (0: as many as fit), capped by reserving dynamic shared
+// memory the kernel does not use.
+inline std::vector<int64_t> resident_values() { return {0, 1, 2, 4}; }
+inline int64_t reserve_smem(int64_t resident) {
+  constexpr int64_t kSmPerSm = 228 << 10, kPerBlock = 1 << 10, kStatic = 1 << 10;
+  return resident > 0 ? kSmPerSm / resident - kPerBlock - kStatic : 0;
+}
+
+// The fused launch's compile-time cluster: CL blocks, `__cluster_dims__` where CL > 1.
+inline std::string cluster_consts(int64_t cl) {
+  return "#define CL " + S(cl) + "\n#define KC_CLUSTER_DIMS" + (cl > 1 ? " __cluster_dims__(CL, 1, 1)\n" : "\n");
 }
 
 // Parameter lists for optional tensors of element type `elem`: the launch spec may only name

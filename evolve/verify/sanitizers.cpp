@@ -140,22 +140,43 @@ SanitizerPlan plan_sanitizers(const SanitizerRun& in, const GauntletOptions& opt
   return p;
 }
 
-// The tools run concurrently (each in its own process): wall time is the slowest one's.
+// Every runner loads the inputs onto the device and allocates the outputs, and the evaluation
+// child still holds its own copies. Past this many input bytes the tools run one at a time, and
+// each gets sanitizer_timeout_s plus kSanitizerSecondsPerGiB for every GiB: at the size of public
+// single-op benchmarks (4-8 GiB a tensor, 2026-12-06 on an H100) the concurrent runs were refused
+// at every key they reached.
+constexpr int64_t kSequentialSanitizerBytes = int64_t{1} << 30;
+constexpr double kSanitizerSecondsPerGiB = 60;
+
+int64_t input_bytes(const SanitizerRun& in) {
+  int64_t n = 0;
+  for (const auto& b : in.inputs) n += static_cast<int64_t>(b.size());
+  return n;
+}
+
+// The tools run concurrently (each in its own process), wall time the slowest one's; one after
+// another for large inputs (above).
 std::vector<Result<ProcessResult>> run_tools(const SanitizerPlan& p, const std::vector<std::string>& logs,
                                              const SanitizerRun& in, const GauntletOptions& opt) {
   std::vector<Result<ProcessResult>> results(p.runs.size(), Status::error(Code::kUnavailable, "not run"));
-  std::vector<std::thread> pool;
+  const int64_t bytes = input_bytes(in);
+  const bool one_at_a_time = bytes > kSequentialSanitizerBytes;
+  const double timeout = opt.sanitizer_timeout_s + kSanitizerSecondsPerGiB * static_cast<double>(bytes) / (1 << 30);
   AddressSpaceLift lift;   // the runners start without the evaluation child's memory cap
-  for (size_t k = 0; k < p.runs.size(); ++k) {
-    pool.emplace_back([&, k] {
-      ProcessOptions po;
-      po.timeout_s = opt.sanitizer_timeout_s;
-      po.output_path = logs[k];
-      po.env = p.env;
-      po.env.push_back("KERNELCRAFT_DEVICE=" + std::to_string(in.device));
-      results[k] = run_process(p.runs[k], po);
-    });
+  auto tool = [&](size_t k) {
+    ProcessOptions po;
+    po.timeout_s = timeout;
+    po.output_path = logs[k];
+    po.env = p.env;
+    po.env.push_back("KERNELCRAFT_DEVICE=" + std::to_string(in.device));
+    results[k] = run_process(p.runs[k], po);
+  };
+  if (one_at_a_time) {
+    for (size_t k = 0; k < p.runs.size(); ++k) tool(k);
+    return results;
   }
+  std::vector<std::thread> pool;
+  for (size_t k = 0; k < p.runs.size(); ++k) pool.emplace_back(tool, k);
   for (auto& t : pool) t.join();
   return results;
 }

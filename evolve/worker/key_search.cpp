@@ -22,6 +22,15 @@ namespace kc::evolve {
 
 namespace {
 
+// ": why" from the refusing stage's summary (the last stage a verdict lists), cut to one line.
+std::string refusal_summary(const nlohmann::json& v) {
+  const auto it = v.find("stages");
+  if (it == v.end() || !it->is_array() || it->empty()) return "";
+  std::string s = it->back().value("summary", "");
+  s = s.substr(0, std::min(s.find('\n'), size_t{240}));
+  return s.empty() ? "" : ": " + s;
+}
+
 // One key's evolution: the call, what the cache already says about it, the search, the evaluation
 // child, and the result. Phases: prepare (nothing to do?), start the child, search, promote, or
 // remember eager as best.
@@ -236,7 +245,8 @@ std::optional<EvolveResult> KeySearch::promote() {
       attempts_.push_back({{"id", e.id}, {"verdict", evaluation_of(cand.value(), v).evidence},
                            {"stage", v.value("stage", "")}, {"median_ms", v.value("median_ms", 0.0)},
                            {"eager_median_ms", v.value("eager_median_ms", res_.eager_ms)}});
-      say("promotion of " + e.id + " refused at " + (v.value("verified", false) ? std::string("timing") : v.value("stage", "")));
+      say("promotion of " + e.id + " refused at " + (v.value("verified", false) ? std::string("timing") : v.value("stage", "")) +
+          refusal_summary(v));
       continue;
     }
     if (taken_meanwhile()) return ended("exists", "a served record appeared during the search");

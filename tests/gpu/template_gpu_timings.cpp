@@ -41,11 +41,20 @@ TEST_F(Gpu, Timings) {
       {OpId::kLayerNormBackward, {4096, 1024}, {{"normalized_shape", {1024}}}, {{}}, 3 * 4096.0 * 1024 * 4},
       {OpId::kSoftmax, {4096, 1024}, kNone, {{}}, 2 * 4096.0 * 1024 * 4},
       {OpId::kGelu, {1 << 26}, kNone, {{}}, 2 * 4.0 * (1 << 26)},
+      // Group norm: the split (two reads of a row larger than L2) against the fused cluster launch
+      // (one read from DRAM, the second from L2, when the resident slices fit there).
       {OpId::kGroupNorm, {16, 64, 256, 256}, {{"group", 8}},
-       {{}, {{"split", 66}}, {{"split", 132}}, {{"split", 264}}, {{"split", 132}, {"threads", 512}}}, 2 * 16 * big},
-      {OpId::kGroupNorm, {8, 320, 64, 64}, {{"group", 32}}, {{}, {{"split", 0}}}, 2 * 8.0 * 320 * 4096 * 4},
+       {{}, {{"split", 66}}, {{"split", 132}}, {{"split", 264}}, {{"split", 132}, {"threads", 512}},
+        {{"fuse", 8}, {"threads", 1024}, {"resident", 1}}, {{"fuse", 8}, {"threads", 512}, {"resident", 2}},
+        {{"fuse", 8}, {"threads", 256}}, {{"fuse", 4}, {"threads", 1024}, {"resident", 1}}},
+       2 * 16 * big},
+      {OpId::kGroupNorm, {8, 320, 64, 64}, {{"group", 32}},
+       {{}, {{"split", 0}}, {{"fuse", 1}, {"threads", 1024}, {"resident", 1}}, {{"fuse", 1}, {"threads", 512}, {"resident", 2}},
+        {{"fuse", 2}, {"threads", 512}, {"resident", 2}}, {{"fuse", 1}, {"threads", 256}}, {{"fuse", 2}, {"threads", 256}}},
+       2 * 8.0 * 320 * 4096 * 4},
       {OpId::kGroupNorm, {8, 1280, 16, 16}, {{"group", 32}}, {{}}, 2 * 8.0 * 1280 * 256 * 4},
-      {OpId::kGroupNorm, {32, 64, 56, 56}, {{"group", 32}}, {{}, {{"regs", 0}}}, 2 * 32.0 * 64 * 3136 * 4},
+      {OpId::kGroupNorm, {32, 64, 56, 56}, {{"group", 32}}, {{}, {{"regs", 0}}, {{"fuse", 1}, {"threads", 256}}},
+       2 * 32.0 * 64 * 3136 * 4},
       {OpId::kMseLoss, {1 << 24}, kNone, {{}, {{"blocks", 528}}, {{"blocks", 2112}}}, 2 * 4.0 * (1 << 24)},
       {OpId::kNllLoss, {4096, 32000}, kNone, {{}}, 4096.0 * (8 + 4)},
   };

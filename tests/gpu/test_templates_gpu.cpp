@@ -119,21 +119,28 @@ std::vector<Case> group_norm_cases() {
   std::vector<Case> cs;
   const json f32p = {{"group", 32}, {"param_dtype", "f32"}};
   // Few long rows: the split passes (several split counts) and, once, one block per row.
+  // The fused cluster launch: 8 or 4 blocks a row, capped blocks an SM or not.
   cs.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 1,
-                {{{"split", 132}}, {{"split", 264}, {"threads", 512}, {"vec", 2}}, {{"split", 0}}}});
-  cs.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kBF16, {{"group", 8}, {"param_dtype", "f32"}}, 1});
+                {{{"split", 132}}, {{"split", 264}, {"threads", 512}, {"vec", 2}}, {{"split", 0}},
+                 {{"fuse", 8}, {"threads", 1024}, {"resident", 1}}, {{"fuse", 4}, {"threads", 256}}}});
+  cs.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kBF16, {{"group", 8}, {"param_dtype", "f32"}}, 1,
+                {{{"fuse", 4}, {"threads", 512}, {"resident", 2}}}});
   // U-Net shapes: moderate rows, one block per row, registers or streamed.
-  cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 3, {{{"split", 0}}}});
-  cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kBF16, {{"group", 32}}, 2});
+  cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 3,
+                {{{"split", 0}}, {{"fuse", 1}, {"threads", 512}, {"resident", 2}}, {{"fuse", 2}, {"threads", 256}}}});
+  cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kBF16, {{"group", 32}}, 2, {{{"fuse", 2}, {"threads", 1024}, {"resident", 1}}}});
   cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, f32p, 3, {{{"regs", 1}, {"vec", 4}, {"threads", 1024}}}});
   cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kF16, {{"group", 32}}, 2});
   cs.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, f32p, 3});
-  cs.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kF32, {{"group", 32}}, 3, {{{"threads", 32}, {"rows", 2}, {"regs", 0}}}});
+  cs.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kF32, {{"group", 32}}, 3,
+                {{{"threads", 32}, {"rows", 2}, {"regs", 0}}, {{"fuse", 1}, {"threads", 64}}}});
   // Odd small shapes: HxW not a multiple of any vector, one element per channel, no affine.
-  cs.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}, 4});
+  cs.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}, 4, {{{"fuse", 1}, {"threads", 32}}}});
   cs.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF32, {{"group", 3}, {"affine", false}}, 2});
   cs.push_back({OpId::kGroupNorm, {5, 7}, DType::kBF16, {{"group", 7}}, 2});
-  cs.push_back({OpId::kGroupNorm, {2, 4, 70001}, DType::kF32, {{"group", 2}}, 3, {{{"split", 66}}}});
+  // Slices of the fused launch that start inside a channel (odd HxW, scalar vectors).
+  cs.push_back({OpId::kGroupNorm, {2, 4, 70001}, DType::kF32, {{"group", 2}}, 3,
+                {{{"split", 66}}, {{"fuse", 8}, {"threads", 128}}, {{"fuse", 1}, {"threads", 64}}}});
   return cs;
 }
 

@@ -83,10 +83,13 @@ std::vector<Case> cases() {
     v.push_back({OpId::kLayerNormBackward, {3, 5}, DType::kBF16, {{"normalized_shape", {5}}, {"output_mask", mask}}, 2});
   v.push_back({OpId::kLayerNormBackward, {1, 64, 256, 256}, DType::kF16, {{"normalized_shape", {64, 256, 256}}}, 3});
   // Group norm: the split shape, U-Net shapes, odd ones; bf16/f16 with their own and fp32 params.
-  v.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6});
-  v.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 6});
+  // The fused launch (a cluster of 8 blocks a 2 MB row; one block a 160 KB row) at its seeds.
+  v.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6,
+               {{{"fuse", 8}, {"threads", 1024}, {"resident", 1}}, {{"fuse", 4}, {"threads", 256}}}});
+  v.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 6,
+               {{{"fuse", 1}, {"threads", 512}, {"resident", 2}}, {{"fuse", 2}, {"threads", 1024}, {"resident", 1}}}});
   v.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, {{"group", 32}, {"param_dtype", "f32"}}, 3});
-  v.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, {{"group", 32}}, 3});
+  v.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, {{"group", 32}}, 3, {{{"fuse", 1}, {"threads", 128}}}});
   v.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF16, {{"group", 3}, {"affine", false}}, 3});
   v.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}});
   // Batch norm: instance norm as (1, N*C, H, W) training without running stats, bf16 eval with
