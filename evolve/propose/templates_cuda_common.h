@@ -19,6 +19,8 @@ using nlohmann::json;
 // H100 / H200 SXM. Grid-stride launches size their grid as a multiple of it; elsewhere it only
 // shapes defaults, never correctness.
 inline constexpr int64_t kSms = 132;
+// Their L2 cache (50 MB): defaults choose by whether a second read of a tensor can hit it.
+inline constexpr int64_t kL2Bytes = int64_t{50} << 20;
 // Static shared memory a block may declare (more needs a dynamic allocation and an opt-in).
 inline constexpr int64_t kMaxStaticShared = 48 * 1024;
 

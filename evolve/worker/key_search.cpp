@@ -195,7 +195,8 @@ std::optional<EvolveResult> KeySearch::search_loop() {
       search.report(e);
       ++res_.evaluated;
       persist();
-      say(e.id + ": " + e.verdict + (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage));
+      say(e.id + ": " + e.verdict +
+          (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage + refusal_summary(verdict.value())));
       if (o_.on_step) o_.on_step(progress_of(search, res_.eager_ms));
       rest_after(verdict.value(), e, dt);
       if (search.stop_if_out_of_time()) break;

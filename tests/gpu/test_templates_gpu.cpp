@@ -127,7 +127,8 @@ std::vector<Case> group_norm_cases() {
                 {{{"fuse", 4}, {"threads", 512}, {"resident", 2}}}});
   // U-Net shapes: moderate rows, one block per row, registers or streamed.
   cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 3,
-                {{{"split", 0}}, {{"fuse", 1}, {"threads", 512}, {"resident", 2}}, {{"fuse", 2}, {"threads", 256}}}});
+                {{{"split", 0}, {"fuse", 0}}, {{"split", 33}}, {{"fuse", 1}, {"threads", 1024}, {"resident", 1}},
+                 {{"fuse", 2}, {"threads", 256}, {"resident", 0}}}});
   cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kBF16, {{"group", 32}}, 2, {{{"fuse", 2}, {"threads", 1024}, {"resident", 1}}}});
   cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, f32p, 3, {{{"regs", 1}, {"vec", 4}, {"threads", 1024}}}});
   cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kF16, {{"group", 32}}, 2});

@@ -222,6 +222,21 @@ TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   ASSERT_TRUE(gs.is_ok()) << gs.status().to_string();
   EXPECT_EQ(gs->knobs.at("split"), 0);
   EXPECT_NE(gs->launch.dump().find("ptr:weight"), std::string::npos);
+  // Few rows of an input that fits L2 (U-Net, 42 MB): the fused cluster launch by default, and
+  // an explicit split is the split whatever fuse's default.
+  OpCall gn_unet = call_of({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}});
+  auto gu = cuda_template_for(gn_unet)->render(gn_unet, {});
+  ASSERT_TRUE(gu.is_ok()) << gu.status().to_string();
+  EXPECT_GT(gu->knobs.at("fuse"), 0);
+  EXPECT_EQ(gu->knobs.at("split"), 0);
+  EXPECT_EQ(gu->launch["launches"].size(), 1u);
+  EXPECT_EQ(gu->launch["launches"][0]["entry"], "kc_group_norm_fused");
+  auto gu_split = cuda_template_for(gn_unet)->render(gn_unet, {{"split", 33}});
+  ASSERT_TRUE(gu_split.is_ok()) << gu_split.status().to_string();
+  EXPECT_EQ(gu_split->knobs.at("fuse"), 0);
+  EXPECT_EQ(gu_split->knobs.at("resident"), 0) << "resident caps the fused launch only";
+  EXPECT_EQ(gu_split->launch["launches"].size(), 2u);
+  EXPECT_EQ(gr->knobs.at("fuse"), 0) << "268 MB: the split stays the default";
   // A vector never straddles two channels: vec divides HxW (here 5 * 5 = 25: only vec 1).
   OpCall gn_odd = call_of({OpId::kGroupNorm, {2, 8, 5, 5}, DType::kF32, {{"group", 2}}});
   EXPECT_EQ(cuda_template_for(gn_odd)->render(gn_odd, {{"vec", 4}}).status().code(), Code::kUnsupported);

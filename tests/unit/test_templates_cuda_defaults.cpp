@@ -61,15 +61,20 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
   EXPECT_EQ(mp1_seeds[0].at("stage"), 0);
   EXPECT_EQ(mp1_seeds[1].at("vpt"), 8);
   EXPECT_EQ(mp1_seeds[1].at("stage"), 1);
-  // Vector stores: consecutive, unstaged outputs only; the first seed with them comes last.
+  // Vector stores: consecutive, unstaged outputs only; each span seed with them instead of its
+  // stores comes after the others, in the same order.
   EXPECT_EQ(t->render(c, {{"vst", 1}, {"il", 1}})->knobs.at("vst"), 0);
   EXPECT_EQ(t->render(c, {{"vst", 1}, {"il", 0}, {"stage", 1}})->knobs.at("vst"), 0);
   auto vst = t->render(c, {{"vst", 1}, {"il", 0}});
   ASSERT_TRUE(vst.is_ok()) << vst.status().to_string();
   EXPECT_NE(vst->source.find("VST = true"), std::string::npos);
-  Knobs first_vst = mp1_seeds[0];
+  ASSERT_GE(mp1_seeds.size(), 4u);
+  Knobs first_vst = mp1_seeds[0], second_vst = mp1_seeds[1];
   first_vst["vst"] = 1;
-  EXPECT_EQ(mp1_seeds.back(), first_vst);
+  second_vst["vst"] = 1;
+  second_vst["stage"] = 0;
+  EXPECT_EQ(mp1_seeds[mp1_seeds.size() - 2], first_vst);
+  EXPECT_EQ(mp1_seeds.back(), second_vst);
 
   // Strips of output rows: baked only, offered where the strip's windows share input rows (not at
   // stride 2 with dilation 3, nor where windows do not overlap), launched over strips.
@@ -131,12 +136,14 @@ TEST(TemplatesCuda, PoolBakesTheWindowByDefault) {
     OpCall d1 = call_of({OpId::kMaxPool2d, {64, 192, 1, 16384}, dt,
                          {{"kernel_size", {1, 8}}, {"stride", {1, 1}}, {"padding", {0, 4}}, {"dilation", {1, 3}}}});
     auto s1d = t->seeds(d1);
-    ASSERT_EQ(s1d.size(), 3u) << dtype_name(dt);   // one output row: no strips, so no seed without them
+    // One output row: no strips, so no seed without them; each span seed again with vector stores.
+    ASSERT_EQ(s1d.size(), 4u) << dtype_name(dt);
     EXPECT_EQ(s1d[1].at("vpt"), 8);
     EXPECT_EQ(s1d[1].at("vl"), 4);
     EXPECT_TRUE(t->render(d1, s1d[1]).is_ok());
   }
-  // 2x2 stride 2: 4 outputs in one 16-byte vector are already best; no strips; the vector stores'
+  // 2x2 stride 2: 4 outputs in one 16-byte vector are already best; no strips; its copy with
+  // vector stores is the second seed.
   EXPECT_EQ(t->seeds(v3).size(), 2u);
   OpCall narrow = call_of({OpId::kMaxPool2d, {1, 1, 5, 7}, DType::kF32, {{"kernel_size", 2}, {"stride", 2}}});
   for (const auto& d : t->space(narrow)) EXPECT_NE(d.name, "vl");   // 7 columns: no vector divides them
