@@ -16,10 +16,14 @@
 //   follows its first closely enough to come from L2 (132 SMs x a slice of up to ~256 KB stays
 //   under the H200's 50 MB), so DRAM sees one read and one write, against two reads for the
 //   three launches when the input is larger than L2.
+//   With "regs" the fused launch keeps its slice in registers (RI vectors a thread), so its second
+//   pass reads no memory at all: slices of at most 16 (1024 threads) or 32 floats a thread.
 // Eval: kc_bn_eval, the same plane pass with (mean, a, b) from the running statistics; the first
 // block of each channel writes save_mean = running_mean and save_invstd (eager's CUDA answer).
 // Vectors need VEC | HxW so one never straddles two planes. Sizes are kernel arguments (64-bit
 // offsets), so one source serves every shape of a dtype and knob setting.
+#include <algorithm>
+
 #include "evolve/propose/templates_cuda_common.h"
 #include "evolve/propose/templates_cuda_norm.h"
 
@@ -30,15 +34,6 @@ using namespace cuda_tpl;
 using nlohmann::json;
 
 const char* kBnBody = R"CU(
-__device__ __forceinline__ void kc_vstats(const V& v, float& vm, float& vq) {
-  float s = 0.f;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) s += ld(v.v[e]);
-  vm = s * (1.f / VEC);
-  vq = 0.f;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) { const float d = ld(v.v[e]) - vm; vq += d * d; }
-}
 // (x - m) * a + b, the subtraction first: exact for x near m, where a folded shift would cancel.
 __device__ __forceinline__ void kc_plane(T* __restrict__ y, const T* __restrict__ x, long long plane, int q,
                                          long long HWV, float m, float a, float b) {
@@ -56,9 +51,12 @@ __device__ __forceinline__ void kc_plane(T* __restrict__ y, const T* __restrict_
     }
   }
 }
-// The vectors of slice p of P of a channel's TOTV = N * HWV vectors.
-__device__ __forceinline__ long long kc_slice(long long TOTV, int P) { return (TOTV + P - 1) / P; }
 
+// Where vector i of channel c's N * HWV vectors is, in vectors from the input's start.
+__device__ __forceinline__ long long kc_bn_at(long long i, int c, int C, long long HWV) {
+  const long long n = i / HWV;
+  return (n * C + c) * HWV + (i - n * HWV);
+}
 // The statistics of vectors [i, hi) of channel c, one plane segment at a time.
 __device__ __forceinline__ void kc_bn_slice_stats(KcW& a, const T* __restrict__ x, int c, int C, long long HWV,
                                                   long long i, long long hi) {
@@ -119,23 +117,34 @@ extern "C" __global__ void __launch_bounds__(NT) KC_CLUSTER_DIMS kc_bn_fused(T* 
   const int c = blockIdx.x / CL, p = blockIdx.x % CL;
   const long long per = kc_slice(TOTV, CL), lo = (long long)p * per, hi = min(TOTV, lo + per);
   KcW a{0.f, 0.f, 0.f};
-  kc_bn_slice_stats(a, x, c, C, HWV, lo, hi);
-  kc_gwelford(a, sh);
-  if constexpr (CL > 1) {
-    if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
-    __threadfence();
-    __cluster_barrier_arrive();   // release: the partials written above are visible after the wait
-    __cluster_barrier_wait();
-    a = KcW{0.f, 0.f, 0.f};   // every block combines the same partials in the same order
-    for (int r = 0; r < CL; ++r) {
-      const long long nv = min(per, max(0LL, TOTV - (long long)r * per));
-      const float* pr = part + 2 * ((long long)c * CL + r);
-      kc_wadd(a, (float)(nv * VEC), __ldcg(pr), __ldcg(pr + 1));
-    }
+  // RI > 0 (knob regs): the slice in registers, RI vectors a thread; the block's mean, then its
+  // squares about that mean, from the registers, so the second read never touches memory.
+  V rv[RI > 0 ? RI : 1];
+  if constexpr (RI > 0) {
+#pragma unroll
+    for (int k = 0; k < RI; ++k)
+      if (lo + threadIdx.x + (long long)k * NT < hi)
+        rv[k] = reinterpret_cast<const V*>(x)[kc_bn_at(lo + threadIdx.x + (long long)k * NT, c, C, HWV)];
+    a = kc_regs_stats(rv, lo, hi, sh);
+  } else {
+    kc_bn_slice_stats(a, x, c, C, HWV, lo, hi);
+    kc_gwelford(a, sh);
   }
+  if constexpr (CL > 1) kc_cluster_merge(a, part, (long long)c * CL, p, per, TOTV);
   const float rs = 1.f / sqrtf(fmaxf(a.q / (float)(TOTV * VEC), 0.f) + eps);
   if (p == 0 && threadIdx.x == 0) { mean[c] = a.m; invstd[c] = rs; }
   const float m = a.m, A = HAS_W ? rs * ldp(w[c]) : rs, B = HAS_B ? ldp(b[c]) : 0.f;
+  if constexpr (RI > 0) {
+#pragma unroll
+    for (int k = 0; k < RI; ++k)
+      if (lo + threadIdx.x + (long long)k * NT < hi) {
+        V o;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) o.v[e] = st(fmaf(ld(rv[k].v[e]) - m, A, B));
+        reinterpret_cast<V*>(y)[kc_bn_at(lo + threadIdx.x + (long long)k * NT, c, C, HWV)] = o;
+      }
+    return;
+  }
   for (long long i = lo; i < hi;) {
     const long long n = i / HWV, j0 = i - n * HWV, j1 = min(HWV, j0 + (hi - i));
     const V* xv = reinterpret_cast<const V*>(x) + (n * C + c) * HWV;
@@ -218,14 +227,22 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
   if (g.training) sp.push_back({"bpc", channel_block_values(g.c, g.n * g.hw / vecs.back())});
   if (g.training) sp.push_back({"fuse", fuse_values(g.c, g.n * g.hw, dtype_size(g.x))});
   if (g.training) sp.push_back({"resident", resident_values()});
+  if (g.training) sp.push_back({"regs", {0, 1}});   // the fused slice in registers
   return sp;
+}
+
+// Vectors a thread keeps of its fused slice (knob regs; 0: streamed, read twice).
+int64_t slice_items(const BnGeom& g, const Knobs& k) {
+  const int64_t cl = k.count("fuse") ? k.at("fuse") : 0;
+  if (cl == 0 || !k.count("regs") || !k.at("regs")) return 0;
+  return cdiv(cdiv(g.n * g.hw / k.at("vec"), cl), k.at("threads"));
 }
 
 
 // Constants, the parameter type and the optional weight / bias parameters.
 std::string bn_consts(const BnGeom& g, const Knobs& k) {
   std::string s = "constexpr int NT = " + S(k.at("threads")) + ", G = NT, VEC = " + S(k.at("vec")) +
-                  ", ITEMS = " + S(k.at("items")) + ";\n";
+                  ", ITEMS = " + S(k.at("items")) + ", RI = " + S(slice_items(g, k)) + ";\n";
   return s + cluster_consts(k.count("fuse") ? k.at("fuse") : 0) + affine_prelude(g.p, g.has_w, g.has_b);
 }
 
@@ -243,7 +260,20 @@ class BatchNormTemplate : public Template {
   std::vector<Knobs> seeds(const OpCall& c) const override {
     BnGeom g;
     if (!bn_geometry(c, g) || !g.training) return {};
-    return {{{"threads", 1024}, {"resident", 1}}, {{"threads", 512}, {"resident", 2}}};
+    std::vector<Knobs> out = {{{"threads", 1024}, {"resident", 1}}, {{"threads", 512}, {"resident", 2}}};
+    // Then the slice in registers: for 1024 and 512 threads, the fewest blocks a channel whose
+    // slices fit the threads' registers (fp32 instance norm's 256 KB channels: 4 of 1024 threads),
+    // so a wave of SMs reads its slices from DRAM once without relying on L2.
+    const int64_t vec = vec_values(g.x, g.hw).back();
+    std::vector<int64_t> cls = fuse_values(g.c, g.n * g.hw, dtype_size(g.x));
+    std::sort(cls.begin(), cls.end());
+    for (int64_t nt : {1024, 512})
+      for (int64_t cl : cls)
+        if (cl > 0 && cdiv(cdiv(g.n * g.hw / vec, cl), nt) * vec <= reg_budget(nt)) {
+          out.push_back({{"threads", nt}, {"fuse", cl}, {"regs", 1}});
+          break;
+        }
+    return out;
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
@@ -258,9 +288,12 @@ class BatchNormTemplate : public Template {
     if (g.n * g.c * pieces > INT_MAX) return unsupported("too many plane pieces for one grid");
     if (g.training && k.at("resident") > 0 && k.at("fuse") == 0)
       return unsupported("resident caps the fused launch only");
+    if (g.training && k.at("fuse") == 0) k["regs"] = 0;   // registers hold a fused slice only
+    if (const int64_t ri = slice_items(g, k); ri * vec > reg_budget(nt))
+      return unsupported("a slice of " + S(ri) + " vectors a thread does not fit " + S(nt) + " threads' registers");
     const std::string src = "// kernelcraft cuda.batch_norm " + std::string(dtype_name(g.x)) + " params " +
                             dtype_name(g.p) + (g.training ? " training" : " eval") + "\n" + dtype_prelude(g.x) +
-                            bn_consts(g, k) + kGroupHelpers + kBnBody;
+                            bn_consts(g, k) + kGroupHelpers + kFusedNormHelpers + kBnBody;
     auto [ls, scratch] = launches(g, k);
     return make_candidate(name(), std::move(k), src, std::move(ls), std::move(scratch));
   }

@@ -17,13 +17,14 @@
 //     cluster of CL blocks a row, each block the Welford statistics of its slice; after a cluster
 //     barrier every block combines the CL partials in the same order and normalizes its own
 //     slice, whose second read then comes from L2 (knob "resident" caps the blocks an SM so the
-//     slices read at once fit there). DRAM sees one read and one write, where the split reads
-//     the input twice once it is larger than L2.
+//     slices read at once fit there), or with regs from registers (RI vectors a thread). DRAM
+//     sees one read and one write, where the split reads the input twice once it is larger than L2.
 // Statistics are fp32; the input is read through VEC-wide vectors, which requires VEC | HxW so
 // that a vector never straddles two channels.
 #include <algorithm>
 
 #include "evolve/propose/templates_cuda_common.h"
+#include "evolve/propose/templates_cuda_group_norm.h"
 #include "evolve/propose/templates_cuda_norm.h"
 
 namespace kc::evolve {
@@ -35,201 +36,6 @@ using nlohmann::json;
 // Vectors a thread normalises in the plane pass (launch 2 of the split strategy).
 constexpr int64_t kApplyItems = 4;
 
-const char* kGnBody = R"CU(
-__device__ __forceinline__ void kc_vstats(const V& v, float& vm, float& vq) {
-  float s = 0.f;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) s += ld(v.v[e]);
-  vm = s * (1.f / VEC);
-  vq = 0.f;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) { const float d = ld(v.v[e]) - vm; vq += d * d; }
-}
-// Per-channel affine folded into one multiply-add: y = x * a + c.
-__device__ __forceinline__ void kc_affine(long long ch, float mu, float rs, const PT* w, const PT* b, float& a, float& c) {
-  a = rs;
-  if constexpr (HAS_W) a = rs * ldp(w[ch]);
-  c = -mu * a;
-  if constexpr (HAS_B) c = ldp(b[ch]) - mu * a;
-}
-__device__ __forceinline__ V kc_apply(const V& v, float a, float c) {
-  V o;
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) o.v[e] = st(fmaf(ld(v.v[e]), a, c));
-  return o;
-}
-// The channel of vector i = t, t + G, t + 2G, ... of a row of planes of hwv vectors, tracked
-// without a division per vector; the affine is reloaded only when the channel changes.
-struct KcChan {
-  int cl, rem, dq, dr, hwv, cur;
-  float a, c;
-  __device__ __forceinline__ KcChan(int t, int hv) : cl(t / hv), rem(t % hv), dq(G / hv), dr(G % hv), hwv(hv), cur(-1) {}
-  __device__ __forceinline__ void at(long long ch0, float mu, float rs, const PT* w, const PT* b) {
-    if (cl != cur) { cur = cl; kc_affine(ch0 + cl, mu, rs, w, b, a, c); }
-  }
-  __device__ __forceinline__ void next() {
-    cl += dq; rem += dr;
-    if (rem >= hwv) { rem -= hwv; ++cl; }
-  }
-};
-__device__ __forceinline__ long long kc_chunk(long long L, int S) { return ((L + S - 1) / S + VEC - 1) / VEC * VEC; }
-
-extern "C" __global__ void __launch_bounds__(NT) kc_group_norm(T* __restrict__ y, ST* __restrict__ mean,
-    ST* __restrict__ rstd, const T* __restrict__ x KC_WB_PARAMS, long long M, int L, int HW, int CPG, int GROUPS,
-    float eps) {
-  KC_WB_LOCALS
-  __shared__ float sh[96];
-  const int t = G == 32 ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-  const long long row = (long long)blockIdx.x * RPB + threadIdx.x / G;
-  if (row >= M) return;   // whole warps only (G == 32); a block row always exists
-  const V* xv = reinterpret_cast<const V*>(x + row * L);
-  V* yv = reinterpret_cast<V*>(y + row * L);
-  const int nv = L / VEC;
-  const float fL = (float)L;
-  const long long ch0 = (row % GROUPS) * CPG;
-  KcChan ch(t, HW / VEC);
-  float mu, rs;
-  if constexpr (ITEMS > 0) {
-    // Corrected two-pass from registers: the mean, then the deviations' sum (fixes the mean's
-    // rounding) and squares.
-    V r[ITEMS > 0 ? ITEMS : 1];
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k)
-      if (k * G + t < nv) {
-        r[k] = xv[k * G + t];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) s += ld(r[k].v[e]);
-      }
-    mu = kc_gsum(s, sh) / fL;
-    float sd = 0.f, q = 0.f;
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k)
-      if (k * G + t < nv)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) { const float d = ld(r[k].v[e]) - mu; sd += d; q += d * d; }
-    kc_gsum2(sd, q, sh);
-    const float dm = sd / fL;
-    mu += dm;
-    rs = rsqrtf(fmaxf(q / fL - dm * dm, 0.f) + eps);
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k)
-      if (k * G + t < nv) {
-        ch.at(ch0, mu, rs, w, b);
-        yv[k * G + t] = kc_apply(r[k], ch.a, ch.c);
-        ch.next();
-      }
-  } else {
-    KcW a{0.f, 0.f, 0.f};
-    for (int i = t; i < nv; i += G) {
-      float vm, vq;
-      kc_vstats(xv[i], vm, vq);
-      kc_wadd(a, (float)VEC, vm, vq);
-    }
-    kc_gwelford(a, sh);
-    mu = a.m;
-    rs = rsqrtf(fmaxf(a.q / fL, 0.f) + eps);
-    for (int i = t; i < nv; i += G) {
-      ch.at(ch0, mu, rs, w, b);
-      yv[i] = kc_apply(xv[i], ch.a, ch.c);
-      ch.next();
-    }
-  }
-  if (t == 0) { mean[row] = sts(mu); rstd[row] = sts(rs); }
-}
-
-extern "C" __global__ void __launch_bounds__(NT) kc_group_norm_part(float* __restrict__ part, const T* __restrict__ x,
-                                                                    long long L, int S) {
-  __shared__ float sh[96];
-  const long long row = blockIdx.x / S;
-  const int c = blockIdx.x % S;
-  const long long C = kc_chunk(L, S);
-  const long long lo = c * C, hi = min(L, lo + C);
-  const V* xv = reinterpret_cast<const V*>(x + row * L);
-  KcW a{0.f, 0.f, 0.f};
-  for (long long i = lo / VEC + threadIdx.x; i < hi / VEC; i += NT) {
-    float vm, vq;
-    kc_vstats(xv[i], vm, vq);
-    kc_wadd(a, (float)VEC, vm, vq);
-  }
-  kc_gwelford(a, sh);
-  if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
-}
-
-// Grid: N * C planes times P pieces of KA * NT vectors each.
-extern "C" __global__ void __launch_bounds__(NT) kc_group_norm_apply(T* __restrict__ y, ST* __restrict__ mean,
-    ST* __restrict__ rstd, const T* __restrict__ x KC_WB_PARAMS, const float* __restrict__ part, int C, int HW,
-    int CPG, int S, int P, float eps) {
-  KC_WB_LOCALS
-  __shared__ float sh[96];
-  const long long plane = blockIdx.x / P;   // n * C + c
-  const int p = blockIdx.x % P, c = (int)(plane % C);
-  const long long row = plane / CPG;        // n * group + c / CPG, since C = group * CPG
-  const long long L = (long long)CPG * HW, K = kc_chunk(L, S);
-  const float* pr = part + 2 * row * S;
-  KcW a{0.f, 0.f, 0.f};
-  for (int q = threadIdx.x; q < S; q += NT) {
-    const long long n = min(K, max(0LL, L - q * K));
-    kc_wadd(a, (float)n, pr[2 * q], pr[2 * q + 1]);
-  }
-  kc_gwelford(a, sh);
-  const float mu = a.m, rs = rsqrtf(fmaxf(a.q / (float)L, 0.f) + eps);
-  if (c % CPG == 0 && p == 0 && threadIdx.x == 0) { mean[row] = sts(mu); rstd[row] = sts(rs); }
-  float fa, fc;
-  kc_affine(c, mu, rs, w, b, fa, fc);
-  const V* xv = reinterpret_cast<const V*>(x + plane * HW);
-  V* yv = reinterpret_cast<V*>(y + plane * HW);
-  const int hwv = HW / VEC;
-#pragma unroll
-  for (int k = 0; k < KA; ++k) {
-    const int i = (p * KA + k) * NT + (int)threadIdx.x;
-    if (i < hwv) yv[i] = kc_apply(xv[i], fa, fc);
-  }
-}
-
-#if CL > 0
-__device__ __forceinline__ int kc_slice(int nv, int P) { return (nv + P - 1) / P; }
-// Grid: M * CL blocks of G = NT threads; the CL blocks of row (n, g) form one cluster.
-extern "C" __global__ void __launch_bounds__(NT) KC_CLUSTER_DIMS kc_group_norm_fused(T* __restrict__ y,
-    ST* __restrict__ mean, ST* __restrict__ rstd, float* __restrict__ part, const T* __restrict__ x KC_WB_PARAMS,
-    int L, int HW, int CPG, int GROUPS, float eps) {
-  KC_WB_LOCALS
-  __shared__ float sh[96];
-  const long long row = blockIdx.x / CL;
-  const int p = blockIdx.x % CL, nv = L / VEC, per = kc_slice(nv, CL), lo = p * per, hi = min(nv, lo + per);
-  const V* xv = reinterpret_cast<const V*>(x + row * L);
-  V* yv = reinterpret_cast<V*>(y + row * L);
-  KcW a{0.f, 0.f, 0.f};
-  for (int i = lo + (int)threadIdx.x; i < hi; i += NT) {
-    float vm, vq;
-    kc_vstats(xv[i], vm, vq);
-    kc_wadd(a, (float)VEC, vm, vq);
-  }
-  kc_gwelford(a, sh);
-  if constexpr (CL > 1) {
-    if (threadIdx.x == 0) { part[2 * (long long)blockIdx.x] = a.m; part[2 * (long long)blockIdx.x + 1] = a.q; }
-    __threadfence();
-    __cluster_barrier_arrive();   // release: the partials written above are visible after the wait
-    __cluster_barrier_wait();
-    a = KcW{0.f, 0.f, 0.f};   // every block combines the same partials in the same order
-    for (int r = 0; r < CL; ++r) {
-      const int n = min(per, max(0, nv - r * per));
-      const float* pr = part + 2 * (row * CL + r);
-      kc_wadd(a, (float)(n * VEC), __ldcg(pr), __ldcg(pr + 1));
-    }
-  }
-  const float mu = a.m, rs = rsqrtf(fmaxf(a.q / (float)L, 0.f) + eps);
-  if (p == 0 && threadIdx.x == 0) { mean[row] = sts(mu); rstd[row] = sts(rs); }
-  KcChan ch(lo + (int)threadIdx.x, HW / VEC);
-  const long long ch0 = (row % GROUPS) * CPG;
-  for (int i = lo + (int)threadIdx.x; i < hi; i += NT) {
-    ch.at(ch0, mu, rs, w, b);
-    yv[i] = kc_apply(xv[i], ch.a, ch.c);
-    ch.next();
-  }
-}
-#endif
-)CU";
 
 struct GnGeom {
   int64_t n = 0, c = 0, hw = 0, group = 0, m = 0, l = 0;   // m rows of l elements
@@ -324,7 +130,18 @@ class GroupNormTemplate : public Template {
     if (!gn_geometry(c, g)) return {};
     const int64_t cl = fuse_values(g.m, g.l, dtype_size(g.x)).front();
     if (cl == 0) return {};
-    return {{{"fuse", cl}, {"threads", 1024}, {"resident", 1}}, {{"fuse", cl}, {"threads", 512}, {"resident", 2}}};
+    std::vector<Knobs> out = {{{"fuse", cl}, {"threads", 1024}, {"resident", 1}}, {{"fuse", cl}, {"threads", 512}, {"resident", 2}}};
+    // Then the slice in registers, as cuda.batch_norm: the fewest blocks a row that fit.
+    const int64_t vec = vec_values(g.x, g.hw).back();
+    std::vector<int64_t> cls = fuse_values(g.m, g.l, dtype_size(g.x));
+    std::sort(cls.begin(), cls.end());
+    for (int64_t nt : {1024, 512})
+      for (int64_t f : cls)
+        if (f > 0 && cdiv(cdiv(g.l / vec, f), nt) * vec <= reg_budget(nt)) {
+          out.push_back({{"fuse", f}, {"threads", nt}, {"regs", 1}});
+          break;
+        }
+    return out;
   }
 
   Result<Candidate> render(const OpCall& c, const Knobs& kin) const override {
@@ -338,17 +155,25 @@ class GroupNormTemplate : public Template {
     const int64_t fuse = k.at("fuse");
     if (fuse == 0) k["resident"] = 0;
     const int64_t split = k["split"];
-    if (split > 0 || fuse > 0) {   // these kernels stream their chunk, one block a chunk or slice
+    // The split streams its chunks; the fused launch keeps its slice in registers with regs (RI
+    // vectors a thread), not the row (the row kernel's ITEMS).
+    const bool slice_regs = fuse > 0 && k.at("regs");
+    if (split > 0 || fuse > 0) {
       k["regs"] = 0;
       k["rows"] = 1;
     }
     auto gr = row_geom(k, g.l);
     if (!gr.is_ok()) return gr.status();
     const RowGeom r = gr.value();
+    if (slice_regs) k["regs"] = 1;
+    const int64_t ri = slice_regs ? cdiv(cdiv(g.l / r.vec, fuse), r.g) : 0;
+    if (ri * r.vec > reg_budget(r.g))
+      return unsupported("a slice of " + S(ri) + " vectors a thread does not fit " + S(r.g) + " threads' registers");
     const std::string src = "// kernelcraft cuda.group_norm " + std::string(dtype_name(g.x)) + " params " +
                             dtype_name(g.p) + " stats " + dtype_name(g.s) + "\n" + dtype_prelude(g.x) +
-                            row_consts(r) + "constexpr int KA = " + S(kApplyItems) + ";\n" + cluster_consts(fuse) +
-                            gn_types(g) + kGroupHelpers + kGnBody;
+                            row_consts(r) + "constexpr int KA = " + S(kApplyItems) + ", RI = " + S(ri) + ";\n" +
+                            cluster_consts(fuse) +
+                            gn_types(g) + kGroupHelpers + kFusedNormHelpers + group_norm_kernels();
     auto lr = launches(g, r, split, fuse, k.at("resident"));
     if (!lr.is_ok()) return lr.status();
     return make_candidate(name(), std::move(k), src, std::move(lr.value().first), std::move(lr.value().second));

@@ -82,6 +82,57 @@ inline std::string cluster_consts(int64_t cl) {
   return "#define CL " + S(cl) + "\n#define KC_CLUSTER_DIMS" + (cl > 1 ? " __cluster_dims__(CL, 1, 1)\n" : "\n");
 }
 
+// Device helpers of the fused launches (batch norm, group norm), after kGroupHelpers and the
+// constants NT, VEC, RI (vectors a thread keeps of its slice, 0: streamed) and CL.
+inline constexpr const char* kFusedNormHelpers = R"CU(
+__device__ __forceinline__ void kc_vstats(const V& v, float& vm, float& vq) {
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) s += ld(v.v[e]);
+  vm = s * (1.f / VEC);
+  vq = 0.f;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) { const float d = ld(v.v[e]) - vm; vq += d * d; }
+}
+// The vectors of slice p of P of a row (a channel) of TOTV vectors.
+__device__ __forceinline__ long long kc_slice(long long TOTV, int P) { return (TOTV + P - 1) / P; }
+#if CL > 0
+// A block's statistics from the RI vectors a thread holds (rv[k]: vector lo + threadIdx.x + k * NT
+// of the slice, where below hi): the mean, then the squares about it; none for an empty slice.
+__device__ __forceinline__ KcW kc_regs_stats(const V* rv, long long lo, long long hi, float* sh) {
+  float s = 0.f, q = 0.f;
+#pragma unroll
+  for (int k = 0; k < RI; ++k)
+    if (lo + threadIdx.x + (long long)k * NT < hi)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += ld(rv[k].v[e]);
+  const float nb = (float)(max(0LL, hi - lo) * VEC), tot = kc_gsum(s, sh), mb = nb > 0.f ? tot / nb : 0.f;
+#pragma unroll
+  for (int k = 0; k < RI; ++k)
+    if (lo + threadIdx.x + (long long)k * NT < hi)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) { const float d = ld(rv[k].v[e]) - mb; q += d * d; }
+  q = kc_gsum(q, sh);
+  return nb > 0.f ? KcW{nb, mb, q} : KcW{0.f, 0.f, 0.f};
+}
+// The cluster's statistics (CL > 1): block p's partial into part[2 * (base + p)], a cluster
+// barrier, then the CL partials of slices of `per` of `tot` vectors combined in order, so every
+// block of the cluster agrees bit for bit.
+__device__ __forceinline__ void kc_cluster_merge(KcW& a, float* part, long long base, int p, long long per, long long tot) {
+  if (threadIdx.x == 0) { part[2 * (base + p)] = a.m; part[2 * (base + p) + 1] = a.q; }
+  __threadfence();
+  __cluster_barrier_arrive();   // release: the partials written above are visible after the wait
+  __cluster_barrier_wait();
+  a = KcW{0.f, 0.f, 0.f};
+  for (int r = 0; r < CL; ++r) {
+    const long long nv = min(per, max(0LL, tot - (long long)r * per));
+    const float* pr = part + 2 * (base + r);
+    kc_wadd(a, (float)(nv * VEC), __ldcg(pr), __ldcg(pr + 1));
+  }
+}
+#endif
+)CU";
+
 // Parameter lists for optional tensors of element type `elem`: the launch spec may only name
 // defined ones.
 inline std::string opt_params(const std::vector<std::pair<std::string, bool>>& ps, const char* macro, const char* locals,

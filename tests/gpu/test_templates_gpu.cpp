@@ -128,7 +128,7 @@ std::vector<Case> group_norm_cases() {
   // U-Net shapes: moderate rows, one block per row, registers or streamed.
   cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 3,
                 {{{"split", 0}, {"fuse", 0}}, {{"split", 33}}, {{"fuse", 1}, {"threads", 1024}, {"resident", 1}},
-                 {{"fuse", 2}, {"threads", 256}, {"resident", 0}}}});
+                 {{"fuse", 2}, {"threads", 256}, {"resident", 0}}, {{"fuse", 4}, {"threads", 1024}, {"regs", 1}}}});
   cs.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kBF16, {{"group", 32}}, 2, {{{"fuse", 2}, {"threads", 1024}, {"resident", 1}}}});
   cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, f32p, 3, {{{"regs", 1}, {"vec", 4}, {"threads", 1024}}}});
   cs.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kF16, {{"group", 32}}, 2});
@@ -136,7 +136,11 @@ std::vector<Case> group_norm_cases() {
   cs.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kF32, {{"group", 32}}, 3,
                 {{{"threads", 32}, {"rows", 2}, {"regs", 0}}, {{"fuse", 1}, {"threads", 64}}}});
   // Odd small shapes: HxW not a multiple of any vector, one element per channel, no affine.
-  cs.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}, 4, {{{"fuse", 1}, {"threads", 32}}}});
+  cs.push_back({OpId::kGroupNorm, {3, 8, 7, 9}, DType::kF32, {{"group", 4}}, 4,
+                {{{"fuse", 1}, {"threads", 32}}, {{"fuse", 1}, {"threads", 32}, {"regs", 1}}}});
+  // Fused slices in registers that start inside a channel (400 vectors a channel, 300 a slice).
+  cs.push_back({OpId::kGroupNorm, {4, 6, 40, 40}, DType::kF32, {{"group", 2}}, 1,
+                {{{"fuse", 4}, {"threads", 128}, {"regs", 1}}, {{"fuse", 1}, {"threads", 512}, {"regs", 1}}}});
   cs.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF32, {{"group", 3}, {"affine", false}}, 2});
   cs.push_back({OpId::kGroupNorm, {5, 7}, DType::kBF16, {{"group", 7}}, 2});
   // Slices of the fused launch that start inside a channel (odd HxW, scalar vectors).
@@ -158,12 +162,17 @@ std::vector<Case> batch_norm_cases() {
   cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, train, 1});
   cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}, 1});
   cs.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kF32, eval, 1});
-  cs.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, inorm, 1, {{{"bpc", 1}}}});
-  cs.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kBF16, inorm, 1});
+  // Instance norm's 256 KB channels, the fused slices also in registers (regs).
+  cs.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, inorm, 1,
+                {{{"bpc", 1}}, {{"fuse", 4}, {"threads", 1024}, {"regs", 1}}, {{"fuse", 4}, {"threads", 512}, {"regs", 1}}}});
+  cs.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kBF16, inorm, 1, {{{"fuse", 4}, {"threads", 1024}, {"regs", 1}}}});
   // Odd small shapes: HxW of 7 (vec 1), one element per channel, f16, no affine.
-  cs.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF32, train, 3});
+  cs.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF32, train, 3, {{{"fuse", 1}, {"threads", 32}, {"regs", 1}}}});
   cs.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF16, {{"training", false}, {"affine", false}}, 2});
-  cs.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kBF16, train, 2});
+  cs.push_back({OpId::kBatchNorm, {2, 4, 3, 3}, DType::kBF16, train, 2, {{{"fuse", 1}, {"threads", 64}, {"regs", 1}}}});
+  // Register slices that start inside a plane and cross into the next (400 vectors a plane, 300 a slice).
+  cs.push_back({OpId::kBatchNorm, {3, 8, 40, 40}, DType::kF32, train, 1,
+                {{{"fuse", 4}, {"threads", 128}, {"regs", 1}}, {{"fuse", 1}, {"threads", 512}, {"regs", 1}}}});
   cs.push_back({OpId::kBatchNorm, {8, 6}, DType::kF32, eval, 2});
   cs.push_back({OpId::kBatchNorm, {1, 6, 70001}, DType::kF32, inorm, 3});
   return cs;

@@ -87,7 +87,8 @@ std::vector<Case> cases() {
   v.push_back({OpId::kGroupNorm, {16, 64, 256, 256}, DType::kF32, {{"group", 8}}, 6,
                {{{"fuse", 8}, {"threads", 1024}, {"resident", 1}}, {{"fuse", 4}, {"threads", 256}}}});
   v.push_back({OpId::kGroupNorm, {8, 320, 64, 64}, DType::kF32, {{"group", 32}}, 6,
-               {{{"fuse", 1}, {"threads", 512}, {"resident", 2}}, {{"fuse", 2}, {"threads", 1024}, {"resident", 1}}}});
+               {{{"fuse", 1}, {"threads", 512}, {"resident", 2}}, {{"fuse", 2}, {"threads", 1024}, {"resident", 1}},
+                {{"fuse", 4}, {"threads", 1024}, {"regs", 1}}}});
   v.push_back({OpId::kGroupNorm, {8, 1280, 16, 16}, DType::kBF16, {{"group", 32}, {"param_dtype", "f32"}}, 3});
   v.push_back({OpId::kGroupNorm, {32, 64, 56, 56}, DType::kBF16, {{"group", 32}}, 3, {{{"fuse", 1}, {"threads", 128}}}});
   v.push_back({OpId::kGroupNorm, {2, 6, 5}, DType::kF16, {{"group", 3}, {"affine", false}}, 3});
@@ -95,7 +96,9 @@ std::vector<Case> cases() {
   // Batch norm: instance norm as (1, N*C, H, W) training without running stats, bf16 eval with
   // fp32 parameters, odd shapes.
   const json bn_train = {{"training", true}, {"running", false}, {"affine", false}};
-  v.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, bn_train, 6});
+  v.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kF32, bn_train, 6,
+               {{{"fuse", 4}, {"threads", 1024}, {"regs", 1}}, {{"fuse", 4}, {"threads", 512}, {"regs", 1}}}});
+  v.push_back({OpId::kBatchNorm, {1, 1024, 256, 256}, DType::kBF16, bn_train, 1, {{{"fuse", 4}, {"threads", 1024}, {"regs", 1}}}});
   v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", true}, {"running", false}}, 3});
   v.push_back({OpId::kBatchNorm, {16, 64, 256, 256}, DType::kBF16, {{"training", false}, {"param_dtype", "f32"}}, 3});
   v.push_back({OpId::kBatchNorm, {3, 5, 7}, DType::kF16, {{"training", false}, {"affine", false}}});

@@ -237,6 +237,16 @@ TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   EXPECT_EQ(gu_split->knobs.at("resident"), 0) << "resident caps the fused launch only";
   EXPECT_EQ(gu_split->launch["launches"].size(), 2u);
   EXPECT_EQ(gr->knobs.at("fuse"), 0) << "268 MB: the split stays the default";
+  // The fused slice in registers: 4 blocks of 1024 threads, 3 vectors a thread, seeded; one block
+  // would need 40 floats a thread.
+  auto gu_regs = cuda_template_for(gn_unet)->render(gn_unet, {{"fuse", 4}, {"threads", 1024}, {"regs", 1}});
+  ASSERT_TRUE(gu_regs.is_ok()) << gu_regs.status().to_string();
+  EXPECT_NE(gu_regs->source.find(", RI = 3;"), std::string::npos);
+  EXPECT_NE(gu->source.find(", RI = 0;"), std::string::npos);
+  EXPECT_EQ(cuda_template_for(gn_unet)->render(gn_unet, {{"fuse", 1}, {"threads", 1024}, {"regs", 1}}).status().code(),
+            Code::kUnsupported);
+  const auto gu_seeds = cuda_template_for(gn_unet)->seeds(gn_unet);
+  EXPECT_NE(std::find(gu_seeds.begin(), gu_seeds.end(), Knobs{{"fuse", 4}, {"threads", 1024}, {"regs", 1}}), gu_seeds.end());
   // A vector never straddles two channels: vec divides HxW (here 5 * 5 = 25: only vec 1).
   OpCall gn_odd = call_of({OpId::kGroupNorm, {2, 8, 5, 5}, DType::kF32, {{"group", 2}}});
   EXPECT_EQ(cuda_template_for(gn_odd)->render(gn_odd, {{"vec", 4}}).status().code(), Code::kUnsupported);
@@ -262,6 +272,17 @@ TEST(TemplatesCuda, AbsentTensorsAreNeverNamed) {
   ASSERT_TRUE(ir.is_ok()) << ir.status().to_string();
   EXPECT_EQ(ir->knobs.at("fuse"), 1) << "instance norm's 256 KB planes: one block each";
   EXPECT_EQ(ir->source.find("__cluster_dims__"), std::string::npos);
+  EXPECT_NE(ir->source.find(", RI = 0;"), std::string::npos) << "the default streams its slice";
+  // The slice in registers: 4 blocks of 1024 threads hold a 64K-element fp32 channel (4 vectors a
+  // thread); one block would need 64 floats a thread; without the fused launch there is no slice.
+  const Template* bnt = cuda_template_for(in);
+  auto in_regs = bnt->render(in, {{"fuse", 4}, {"threads", 1024}, {"regs", 1}});
+  ASSERT_TRUE(in_regs.is_ok()) << in_regs.status().to_string();
+  EXPECT_NE(in_regs->source.find(", RI = 4;"), std::string::npos);
+  EXPECT_EQ(bnt->render(in, {{"fuse", 1}, {"threads", 1024}, {"regs", 1}}).status().code(), Code::kUnsupported);
+  EXPECT_EQ(bnt->render(in, {{"fuse", 0}, {"regs", 1}})->knobs.at("regs"), 0);
+  const auto in_seeds = bnt->seeds(in);
+  EXPECT_NE(std::find(in_seeds.begin(), in_seeds.end(), Knobs{{"threads", 1024}, {"fuse", 4}, {"regs", 1}}), in_seeds.end());
   // A residency cap reserves shared memory the fused kernel does not use; nothing to cap otherwise.
   auto capped = cuda_template_for(in)->render(in, {{"fuse", 2}, {"resident", 2}});
   ASSERT_TRUE(capped.is_ok()) << capped.status().to_string();
