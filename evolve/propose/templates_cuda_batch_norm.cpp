@@ -22,8 +22,6 @@
 // block of each channel writes save_mean = running_mean and save_invstd (eager's CUDA answer).
 // Vectors need VEC | HxW so one never straddles two planes. Sizes are kernel arguments (64-bit
 // offsets), so one source serves every shape of a dtype and knob setting.
-#include <algorithm>
-
 #include "evolve/propose/templates_cuda_common.h"
 #include "evolve/propose/templates_cuda_norm.h"
 
@@ -261,18 +259,9 @@ class BatchNormTemplate : public Template {
     BnGeom g;
     if (!bn_geometry(c, g) || !g.training) return {};
     std::vector<Knobs> out = {{{"threads", 1024}, {"resident", 1}}, {{"threads", 512}, {"resident", 2}}};
-    // Then the slice in registers: for 1024 and 512 threads, the fewest blocks a channel whose
-    // slices fit the threads' registers (fp32 instance norm's 256 KB channels: 4 of 1024 threads),
-    // so a wave of SMs reads its slices from DRAM once without relying on L2.
-    const int64_t vec = vec_values(g.x, g.hw).back();
-    std::vector<int64_t> cls = fuse_values(g.c, g.n * g.hw, dtype_size(g.x));
-    std::sort(cls.begin(), cls.end());
-    for (int64_t nt : {1024, 512})
-      for (int64_t cl : cls)
-        if (cl > 0 && cdiv(cdiv(g.n * g.hw / vec, cl), nt) * vec <= reg_budget(nt)) {
-          out.push_back({{"threads", nt}, {"fuse", cl}, {"regs", 1}});
-          break;
-        }
+    // Then the slice in registers, so a wave of SMs reads its slices from DRAM once without
+    // relying on L2.
+    for (Knobs& k : register_slice_seeds(g.c, g.n * g.hw, dtype_size(g.x), vec_values(g.x, g.hw).back())) out.push_back(k);
     return out;
   }
 

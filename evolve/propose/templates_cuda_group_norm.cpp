@@ -21,8 +21,6 @@
 //     sees one read and one write, where the split reads the input twice once it is larger than L2.
 // Statistics are fp32; the input is read through VEC-wide vectors, which requires VEC | HxW so
 // that a vector never straddles two channels.
-#include <algorithm>
-
 #include "evolve/propose/templates_cuda_common.h"
 #include "evolve/propose/templates_cuda_group_norm.h"
 #include "evolve/propose/templates_cuda_norm.h"
@@ -90,15 +88,11 @@ std::vector<KnobDim> gn_space(const GnGeom& g) {
   // at 512 threads and 2 blocks an SM. On an H100 (2026-12-06), fp32 (8,320,64,64) with 32 groups
   // (42 MB) took 0.053 ms fused against 0.076 split and 0.066 a block a row, while (16,64,256,256)
   // with 8 groups (268 MB) took 0.287 split against 0.306 at best fused.
-  auto fuse = fuse_values(g.m, g.l, dtype_size(g.x));
+  const auto fuse = fuse_values(g.m, g.l, dtype_size(g.x));
   const bool fused = splits.front() != 0 && fuse.front() != 0 && g.n * g.c * g.hw * dtype_size(g.x) <= kL2Bytes;
-  if (!fused) {
-    fuse.erase(std::remove(fuse.begin(), fuse.end(), 0), fuse.end());
-    fuse.insert(fuse.begin(), 0);
-  }
   if (splits.front() != 0) sp[0].values = with_default(sp[0].values, fused ? 512 : 256);   // block of the split kernels
   sp.push_back({"split", fused ? with_default(splits, 0) : splits});
-  sp.push_back({"fuse", fuse});
+  sp.push_back({"fuse", fused ? fuse : with_default(fuse, 0)});
   sp.push_back({"resident", with_default(resident_values(), fused ? 2 : 0)});
   return sp;
 }
@@ -131,16 +125,7 @@ class GroupNormTemplate : public Template {
     const int64_t cl = fuse_values(g.m, g.l, dtype_size(g.x)).front();
     if (cl == 0) return {};
     std::vector<Knobs> out = {{{"fuse", cl}, {"threads", 1024}, {"resident", 1}}, {{"fuse", cl}, {"threads", 512}, {"resident", 2}}};
-    // Then the slice in registers, as cuda.batch_norm: the fewest blocks a row that fit.
-    const int64_t vec = vec_values(g.x, g.hw).back();
-    std::vector<int64_t> cls = fuse_values(g.m, g.l, dtype_size(g.x));
-    std::sort(cls.begin(), cls.end());
-    for (int64_t nt : {1024, 512})
-      for (int64_t f : cls)
-        if (f > 0 && cdiv(cdiv(g.l / vec, f), nt) * vec <= reg_budget(nt)) {
-          out.push_back({{"fuse", f}, {"threads", nt}, {"regs", 1}});
-          break;
-        }
+    for (Knobs& k : register_slice_seeds(g.m, g.l, dtype_size(g.x), vec_values(g.x, g.hw).back())) out.push_back(k);
     return out;
   }
 

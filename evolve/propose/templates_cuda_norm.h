@@ -3,6 +3,7 @@
 // geometry, split and fuse knobs, optional parameter lists and the element type of their device
 // code. Internal to evolve/.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,6 +68,22 @@ inline std::vector<int64_t> fuse_values(int64_t rows, int64_t elems, int64_t ele
   for (int64_t p : v)
     if (p > 0 && elems * elem_bytes / p <= (int64_t{256} << 10) && rows * p >= kSms) { def = p; break; }
   return with_default(v, def);
+}
+
+// Seeds of the fused launch with its slice in registers (knob regs): for 1024 and 512 threads, the
+// fewest blocks a row of `elems` elements in vectors of `vec` whose slices fit the threads'
+// registers (fp32 instance norm's 64K-element channels: 4 blocks of 1024 threads).
+inline std::vector<Knobs> register_slice_seeds(int64_t rows, int64_t elems, int64_t elem_bytes, int64_t vec) {
+  std::vector<int64_t> cls = fuse_values(rows, elems, elem_bytes);
+  std::sort(cls.begin(), cls.end());
+  std::vector<Knobs> out;
+  for (int64_t nt : {1024, 512})
+    for (int64_t cl : cls)
+      if (cl > 0 && cdiv(cdiv(elems / vec, cl), nt) * vec <= reg_budget(nt)) {
+        out.push_back({{"fuse", cl}, {"threads", nt}, {"regs", 1}});
+        break;
+      }
+  return out;
 }
 
 // Blocks an SM of the fused launch (0: as many as fit), capped by reserving dynamic shared

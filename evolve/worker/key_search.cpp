@@ -22,11 +22,10 @@ namespace kc::evolve {
 
 namespace {
 
-// ": why" from the refusing stage's summary (the last stage a verdict lists), cut to one line.
-std::string refusal_summary(const nlohmann::json& v) {
-  const auto it = v.find("stages");
-  if (it == v.end() || !it->is_array() || it->empty()) return "";
-  std::string s = it->back().value("summary", "");
+// ": why" from a rejected evaluation's summary (evaluation_of keeps the rejecting stage's), cut to
+// one line; "" when none.
+std::string refusal_summary(const Evaluation& e) {
+  std::string s = e.evidence.value("summary", "");
   s = s.substr(0, std::min(s.find('\n'), size_t{240}));
   return s.empty() ? "" : ": " + s;
 }
@@ -196,7 +195,7 @@ std::optional<EvolveResult> KeySearch::search_loop() {
       ++res_.evaluated;
       persist();
       say(e.id + ": " + e.verdict +
-          (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage + refusal_summary(verdict.value())));
+          (e.passed() ? " " + std::to_string(e.median_ms * 1e3) + " us" : " at " + e.stage + refusal_summary(e)));
       if (o_.on_step) o_.on_step(progress_of(search, res_.eager_ms));
       rest_after(verdict.value(), e, dt);
       if (search.stop_if_out_of_time()) break;
@@ -243,11 +242,12 @@ std::optional<EvolveResult> KeySearch::promote() {
     if (!verdict) return fail(verdict.status().to_string());
     const nlohmann::json& v = verdict.value();
     if (!v.value("verified", false) || !beats_paired(v, o_)) {
-      attempts_.push_back({{"id", e.id}, {"verdict", evaluation_of(cand.value(), v).evidence},
+      const Evaluation refused = evaluation_of(cand.value(), v);
+      attempts_.push_back({{"id", e.id}, {"verdict", refused.evidence},
                            {"stage", v.value("stage", "")}, {"median_ms", v.value("median_ms", 0.0)},
                            {"eager_median_ms", v.value("eager_median_ms", res_.eager_ms)}});
       say("promotion of " + e.id + " refused at " + (v.value("verified", false) ? std::string("timing") : v.value("stage", "")) +
-          refusal_summary(v));
+          refusal_summary(refused));
       continue;
     }
     if (taken_meanwhile()) return ended("exists", "a served record appeared during the search");
