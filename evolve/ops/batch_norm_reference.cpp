@@ -4,6 +4,7 @@
 // machinery cuts the lead input along one axis, and a channel's elements are not one row.
 #include "evolve/ops/reference.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kc::evolve {
@@ -32,42 +33,78 @@ at::Tensor chan(const at::Tensor& t, int64_t C, double fill, const at::Tensor& l
   return t.defined() ? f64(t).reshape({1, C, 1}) : at::full({1, C, 1}, fill, like.options().dtype(at::kDouble));
 }
 
-// Eval: elementwise y = (x - rm) invstd w + b with invstd = 1 / sqrt(rv + eps): each term rounds
-// once, (|x| + |rm|) |invstd w| + |b| + |y|. save_mean copies rm, save_invstd rounds once.
-at::Tensor eval_scale(const OpCall& call, const std::vector<at::Tensor>& in, size_t j, const at::Tensor& x) {
+// Per-channel parameters of the model, [1, C, 1] in fp64.
+struct ChannelModel {
+  at::Tensor mean, mabs, var, is, w, b;   // mean, mean |x|, variance, invstd, weight, bias
+  double g = 1;                      // sqrt(count): the reduction's growth (training only)
+};
+
+// Calls f(n0, len) over slices of the batch axis of x [N, C, HW] of about kModelSlice elements (at
+// least one sample): the model's fp64 temporaries stay a slice's, not copies of the whole input.
+template <class F>
+void for_each_slice(const at::Tensor& x, F f) {
+  const int64_t per = std::max<int64_t>(1, x.numel() / std::max<int64_t>(x.size(0), 1));
+  const int64_t step = std::max<int64_t>(1, kModelSlice / per);
+  for (int64_t n0 = 0; n0 < x.size(0); n0 += step) f(n0, std::min(step, x.size(0) - n0));
+}
+
+// Training: mean, mean |x| and the biased variance per channel in fp64, in two passes over slices.
+void channel_stats(const at::Tensor& x, ChannelModel& m, double eps) {
   const int64_t C = x.size(1);
-  const double eps = call.double_arg("eps", 1e-5);
-  at::Tensor rm = chan(in[3], C, 0.0, x), is = chan(in[4], C, 1.0, x).add_(eps).rsqrt_();
-  if (j == 1) return rm.abs().reshape({C});
-  if (j == 2) return is.reshape({C});
-  at::Tensor a = is.mul_(chan(in[1], C, 1.0, x)), b = chan(in[2], C, 0.0, x);
-  at::Tensor y = (x - rm).mul_(a).add_(b).abs_();
-  return x.abs().add_(rm.abs_()).mul_(a.abs()).add_(b.abs()).add_(y);
+  const double count = static_cast<double>(x.numel() / std::max<int64_t>(C, 1));
+  at::Tensor sum = at::zeros({1, C, 1}, x.options().dtype(at::kDouble)), sabs = sum.clone(), sq = sum.clone();
+  for_each_slice(x, [&](int64_t n0, int64_t len) {
+    at::Tensor xs = f64(x.narrow(0, n0, len));
+    sum.add_(xs.sum(at::IntArrayRef{0, 2}, true));
+    sabs.add_(xs.abs_().sum(at::IntArrayRef{0, 2}, true));
+  });
+  m.mean = sum.div_(count);
+  m.mabs = sabs.div_(count);
+  for_each_slice(x, [&](int64_t n0, int64_t len) {
+    sq.add_(f64(x.narrow(0, n0, len)).sub_(m.mean).square_().sum(at::IntArrayRef{0, 2}, true));
+  });
+  m.var = sq.div_(count);
+  m.is = (m.var + eps).rsqrt();
+  m.g = std::sqrt(count);
+}
+
+// Output 0's magnitude on one slice xs (fp64, consumed). Training: layer norm's model per channel,
+// (|x| + |mean|) invstd |w| + |b| + |y| + g invstd |w| (mean|x| + |x - mean|). Eval: each term
+// rounds once, (|x| + |rm|) |invstd w| + |b| + |y| (mabs undefined).
+at::Tensor slice_scale(at::Tensor xs, const ChannelModel& m) {
+  at::Tensor isw = m.is * m.w, aisw = isw.abs();
+  at::Tensor d = xs - m.mean;
+  at::Tensor h = xs.abs_().add_(m.mean.abs()).mul_(aisw).add_(m.b.abs());
+  h.add_((d * isw).add_(m.b).abs_());
+  if (m.mabs.defined()) h.add_(d.abs_().add_(m.mabs).mul_(aisw * m.g));
+  return h;
 }
 
 // Training: layer norm's model (layer_norm_reference.cpp) per channel over count = N x HxW
 // elements, g = sqrt(count): mean |mean| + g mean|x|; invstd invstd (1 + g var / (var + eps));
-// out (|x| + |mean|) invstd |w| + |b| + |y| + g invstd |w| (mean|x| + |x - mean|).
+// out as slice_scale. Eval: save_mean copies rm, save_invstd rounds once.
 at::Tensor batch_norm_whole(const OpCall& call, const std::vector<at::Tensor>& in, size_t j) {
   if (j < call.outputs.size() && call.outputs[j].numel() == 0)   // the CPU's empty eval statistics
     return at::empty({0}, in[0].options().dtype(at::kDouble));
   const int64_t N = in[0].size(0), C = in[0].size(1);
-  at::Tensor x = f64(in[0]).reshape({N, C, -1});
-  if (!training(call)) {
-    at::Tensor h = eval_scale(call, in, j, x);
-    return j == 0 ? h.reshape(in[0].sizes()) : h;
-  }
-  const double g = std::sqrt(static_cast<double>(x.numel() / std::max<int64_t>(C, 1)));
   const double eps = call.double_arg("eps", 1e-5);
-  at::Tensor mean = x.mean(at::IntArrayRef{0, 2}, true), mabs = x.abs().mean(at::IntArrayRef{0, 2}, true);
-  if (j == 1) return mean.abs_().add_(mabs.mul_(g)).reshape({C});
-  at::Tensor d = x - mean;
-  at::Tensor var = d.square().mean(at::IntArrayRef{0, 2}, true), is = (var + eps).rsqrt();
-  if (j == 2) return (var / (var + eps)).mul_(g).add_(1).mul_(is).reshape({C});
-  at::Tensor aw = chan(in[1], C, 1.0, x).abs_(), b = chan(in[2], C, 0.0, x);
-  at::Tensor y = (d * is).mul_(chan(in[1], C, 1.0, x)).add_(b).abs_();
-  at::Tensor h = (x.abs_() + mean.abs()).mul_(is * aw).add_(b.abs()).add_(y);
-  return h.add_(d.abs_().add_(mabs).mul_(is * aw * g)).reshape(in[0].sizes());
+  at::Tensor x = in[0].reshape({N, C, -1});
+  ChannelModel m;
+  if (training(call)) {
+    channel_stats(x, m, eps);
+    if (j == 1) return m.mean.abs().add_(m.mabs * m.g).reshape({C});
+    if (j == 2) return (m.var / (m.var + eps)).mul_(m.g).add_(1).mul_(m.is).reshape({C});
+  } else {
+    m.mean = chan(in[3], C, 0.0, x);
+    m.is = chan(in[4], C, 1.0, x).add_(eps).rsqrt_();
+    if (j == 1) return m.mean.abs().reshape({C});
+    if (j == 2) return m.is.reshape({C});
+  }
+  m.w = chan(in[1], C, 1.0, x);
+  m.b = chan(in[2], C, 0.0, x);
+  at::Tensor h = at::empty(x.sizes(), x.options().dtype(at::kDouble));
+  for_each_slice(x, [&](int64_t n0, int64_t len) { h.narrow(0, n0, len).copy_(slice_scale(f64(x.narrow(0, n0, len)), m)); });
+  return h.reshape(in[0].sizes());
 }
 
 // A reduction (so numerics treats it as one, e.g. no elementwise denormal allowance); the model

@@ -7,7 +7,10 @@
 // which no rounding crosses), so eager's evidence, as the other elementwise families.
 #include "evolve/ops/reference.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include <ATen/ExpandUtils.h>
 
 #include "evolve/ops/loss.h"
 
@@ -133,15 +136,38 @@ Terms elementwise_terms(const OpCall& c, const std::vector<at::Tensor>& in, cons
 }
 
 Terms nll_terms(const std::vector<at::Tensor>& in, const LossGeom& g) {
-  const at::Tensor x = f64(in[0]), t = in[1].to(at::kLong);
+  const at::Tensor& x = in[0];   // only the picked elements go to fp64 (exactly), not all C a row
+  const at::Tensor t = in[1].to(at::kLong);
   at::Tensor valid = t.ne(g.ignore_index);
   at::Tensor idx = t.clamp(0, g.classes - 1);
   // self's picked element per target: class axis 1 (0 for 1d self).
-  at::Tensor picked = g.one_d ? x.gather(0, idx.reshape({1})).reshape(t.sizes()) : x.gather(1, idx.unsqueeze(1)).squeeze(1);
-  at::Tensor w = in[2].defined() ? f64(in[2]).index({idx}) : at::ones(t.sizes(), x.options());
+  at::Tensor picked = f64(g.one_d ? x.gather(0, idx.reshape({1})).reshape(t.sizes()) : x.gather(1, idx.unsqueeze(1)).squeeze(1));
+  at::Tensor w = in[2].defined() ? f64(in[2]).index({idx}) : at::ones(t.sizes(), picked.options());
   w = w.masked_fill(valid.logical_not(), 0.0);
   at::Tensor v = -(picked * w);
   return {v, v.abs(), w};
+}
+
+// Calls f(part, r0, len) with the elementwise losses' inputs broadcast to the terms' shape and cut
+// into slices of its leading axis (about kModelSlice terms each): the terms' fp64 temporaries
+// stay a slice's (a loss over 2^30 terms otherwise held about eight fp64 copies of its inputs).
+template <class F>
+void for_each_term_slice(const std::vector<at::Tensor>& in, F f) {
+  std::vector<int64_t> shape;
+  for (const auto& t : in)
+    if (t.defined()) shape = at::infer_size(shape, t.sizes());
+  if (shape.empty()) return f(in, 0, 1);
+  std::vector<at::Tensor> ex;
+  for (const auto& t : in) ex.push_back(t.defined() ? t.expand(shape) : t);
+  int64_t per = 1;
+  for (size_t d = 1; d < shape.size(); ++d) per *= shape[d];
+  const int64_t step = std::max<int64_t>(1, kModelSlice / std::max<int64_t>(per, 1));
+  for (int64_t r0 = 0; r0 < shape[0]; r0 += step) {
+    const int64_t len = std::min(step, shape[0] - r0);
+    std::vector<at::Tensor> part;
+    for (const auto& t : ex) part.push_back(t.defined() ? t.narrow(0, r0, len) : t);
+    f(part, r0, len);
+  }
 }
 
 // Output j's condition magnitude, output-shaped. Reduction none: h per term (nll's total_weight
@@ -155,16 +181,31 @@ at::Tensor loss_whole(const OpCall& c, const std::vector<at::Tensor>& in, size_t
   const at::TensorOptions o = in[0].options().dtype(at::kDouble);
   if (!gr.is_ok()) return at::zeros(c.outputs[j].sizes, o);
   const LossGeom& g = gr.value();
-  const Terms tm = g.kind == LossKind::kNll ? nll_terms(in, g) : elementwise_terms(c, in, g);
-  if (g.elementwise()) return j == 0 ? tm.h.expand(c.outputs[0].sizes).contiguous() : at::zeros({}, o);
   const double gs = std::sqrt(static_cast<double>(std::max<int64_t>(g.terms, 1)));
-  const at::Tensor V = tm.value.sum();
-  const at::Tensor E = tm.value.abs().sum().mul_(gs).add_(tm.h.expand(tm.value.sizes()).sum());   // S's error / u
   if (g.kind != LossKind::kNll) {
+    if (g.elementwise() && j > 0) return at::zeros({}, o);
+    at::Tensor out = g.elementwise() ? at::empty(c.outputs[0].sizes, o) : at::Tensor();
+    at::Tensor V = at::zeros({}, o), A = at::zeros({}, o), H = at::zeros({}, o);
+    for_each_term_slice(in, [&](const std::vector<at::Tensor>& part, int64_t r0, int64_t len) {
+      const Terms tm = elementwise_terms(c, part, g);
+      if (out.defined()) {
+        (out.dim() == 0 ? out : out.narrow(0, r0, len)).copy_(tm.h.expand(tm.value.sizes()));
+        return;
+      }
+      V.add_(tm.value.sum());
+      A.add_(tm.value.abs().sum());
+      H.add_(tm.h.expand(tm.value.sizes()).sum());
+    });
+    if (out.defined()) return out;
+    const at::Tensor E = A.mul_(gs).add_(H);   // S's error / u
     if (g.reduction != LossReduction::kMean) return E.add_(V.abs());
     const double n = static_cast<double>(g.terms);
     return E.div_(n).add_((V / n).abs_());
   }
+  const Terms tm = nll_terms(in, g);
+  if (g.elementwise()) return j == 0 ? tm.h.expand(c.outputs[0].sizes).contiguous() : at::zeros({}, o);
+  const at::Tensor V = tm.value.sum();
+  const at::Tensor E = tm.value.abs().sum().mul_(gs).add_(tm.h.expand(tm.value.sizes()).sum());   // S's error / u
   const at::Tensor W = tm.weight.sum(), Wg = tm.weight.abs().sum().mul_(gs);
   if (j == 1) return Wg.add_(W.abs());
   if (g.reduction != LossReduction::kMean) return E.add_(V.abs());

@@ -45,12 +45,12 @@ std::vector<at::Tensor> pool_eager(const OpCall& c, const std::vector<at::Tensor
 // largest window (adaptive: the longest adaptive window of each axis, pool.h).
 // Max values and indices are exact: zero model leaves them the elementwise floor.
 at::Tensor pool_whole(const OpCall& c, const std::vector<at::Tensor>& in, size_t j) {
-  const at::Tensor x = f64(in[0]);
   auto g = pool_geometry(c);
-  if ((g.is_ok() && g->max) || j > 0) return at::zeros(c.outputs[j].sizes, x.options());
+  if ((g.is_ok() && g->max) || j > 0) return at::zeros(c.outputs[j].sizes, in[0].options().dtype(at::kDouble));
   const double n = g.is_ok() ? static_cast<double>(g->k[0] * g->k[1] * g->k[2]) : 1.0;
-  at::Tensor mag = pool_eager(c, {x.abs()})[0];
-  return mag.mul_(std::sqrt(n)).add_(pool_eager(c, {x})[0].abs_());
+  at::Tensor x = f64(in[0]);   // one fp64 copy of the input: |y| first, then |x| in place
+  at::Tensor y = pool_eager(c, {x})[0].abs_();
+  return pool_eager(c, {x.abs_()})[0].mul_(std::sqrt(n)).add_(y);
 }
 
 }  // namespace

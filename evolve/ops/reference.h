@@ -76,6 +76,11 @@ void backward_only(const std::vector<at::Tensor>& leaves, const std::vector<bool
 // scans): every output in rows of that axis.
 RowLayout dim_layout(const OpCall& c, const std::vector<at::Tensor>& in, size_t j);
 
+// The families' models and the numerics' comparisons work over slices or chunks of about this
+// many elements, so their fp64 temporaries stay a fixed size whatever the key (a key of 8 GiB
+// tensors otherwise held several fp64 copies of its input on the device).
+constexpr int64_t kModelSlice = int64_t{1} << 20;
+
 // Shared by the families' references: an fp64 copy (never a view: the model works in place).
 inline at::Tensor f64(const at::Tensor& t) { return t.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true); }
 inline std::optional<at::Tensor> opt(const at::Tensor& t) {

@@ -132,8 +132,13 @@ void attach_tolerance(const OpCall& call, InputSet& s) {
     };
     const FamilyReference& fam = family_reference(op_info(call.op).family);
     const bool moved = fam.any_axis && r64.dim() > 1 && l.dim != r64.dim() - 1;
-    if (fam.whole) {   // the family's model over the whole output
-      apply(0, rf.numel(), fam.whole(call, s.inputs, j).reshape(-1).nan_to_num_(0.0, INFINITY));
+    if (fam.whole) {   // the family's model over the whole output, applied chunk by chunk: the
+      // tolerance's fp64 temporaries stay a chunk's (an 8 GiB batch norm key otherwise peaked at 68 GB)
+      at::Tensor h = fam.whole(call, s.inputs, j).reshape(-1).nan_to_num_(0.0, INFINITY);
+      for (int64_t off = 0; off < rf.numel(); off += kChunk) {
+        const int64_t len = std::min(kChunk, rf.numel() - off);
+        apply(off, len, h.narrow(0, off, len));
+      }
     } else if (!l.model) {
       for (int64_t off = 0; off < rf.numel(); off += kChunk) apply(off, std::min(kChunk, rf.numel() - off), at::Tensor());
     } else if (!moved) {   // row layout is the flat order: chunk by chunk, no output-sized fp64

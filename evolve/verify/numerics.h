@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "evolve/ops/op_call.h"
+#include "evolve/ops/reference.h"
 #include "runtime/status.h"
 
 namespace kc::evolve {
 
-// The numerics work over flat chunks (or chunks of rows) of this many elements, so their fp64
-// temporaries stay a fixed size whatever the key (numerics.cpp, error_model.cpp).
-constexpr int64_t kNumericsChunk = int64_t{1} << 20;
+// The numerics work over flat chunks (or chunks of rows) of the models' slice (numerics.cpp,
+// error_model.cpp).
+constexpr int64_t kNumericsChunk = kModelSlice;
 
 struct InputSet {
   std::string name;

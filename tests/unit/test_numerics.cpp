@@ -11,6 +11,7 @@
 
 #include "evolve/ops/eager.h"
 #include "evolve/ops/pool.h"
+#include "evolve/ops/reference.h"
 #include "evolve/verify/numerics.h"
 #include "evolve/propose/proposer.h"
 #include "tests/unit/plain_calls.h"
@@ -166,6 +167,54 @@ TEST(Numerics, AttachToleranceMatchesReferenceSet) {
   ASSERT_EQ(t.tol.size(), 1u);
   EXPECT_TRUE(at::equal(t.tol[0], s.tol[0]));
   EXPECT_DOUBLE_EQ(t.budget[0], s.budget[0]);
+}
+
+// Batch norm's model works a slice of the batch at a time (an 8 GiB key otherwise held several
+// fp64 copies of its input). Three slices of 2^20 elements give what the formula gives over the
+// whole tensor at once (batch_norm_reference.cpp), for every output, training and eval.
+TEST(Numerics, BatchNormModelBySlicesIsTheWholeFormula) {
+  for (bool train : {true, false}) {
+    auto made = make_call(OpId::kBatchNorm, {3, 2, 512, 1024}, DType::kF32, BackendKind::kCpu,
+                          {{"training", train}, {"running", true}, {"affine", true}});
+    ASSERT_TRUE(made.is_ok());
+    const OpCall& c = made.value();
+    std::vector<at::Tensor> in = make_inputs(c, "offset", 3, at::kCPU);
+    const auto& fam = family_reference(OpFamily::kBatchNorm);
+    const double eps = c.double_arg("eps", 1e-5);
+    at::Tensor x = in[0].to(at::kDouble).reshape({3, 2, -1});
+    auto ch = [](const at::Tensor& t) { return t.to(at::kDouble).reshape({1, 2, 1}); };
+    at::Tensor mean = train ? x.mean(at::IntArrayRef{0, 2}, true) : ch(in[3]);
+    at::Tensor var = train ? (x - mean).square().mean(at::IntArrayRef{0, 2}, true) : ch(in[4]);
+    at::Tensor is = (var + eps).rsqrt(), mabs = x.abs().mean(at::IntArrayRef{0, 2}, true);
+    const double g = std::sqrt(3.0 * 512 * 1024);
+    at::Tensor w = ch(in[1]), b = ch(in[2]), d = x - mean;
+    at::Tensor h = (x.abs() + mean.abs()) * (is * w).abs() + b.abs() + (d * is * w + b).abs();
+    if (train) h = h + (d.abs() + mabs) * (is * w).abs() * g;
+    std::vector<at::Tensor> want = {
+        h.reshape(in[0].sizes()),
+        train ? (mean.abs() + mabs * g).reshape({2}) : mean.abs().reshape({2}),
+        train ? ((var / (var + eps)) * g + 1).mul(is).reshape({2}) : is.reshape({2})};
+    for (size_t j = 0; j < want.size(); ++j)
+      if (c.outputs[j].numel() > 0)   // eval's statistics are empty on the CPU
+        EXPECT_TRUE(at::allclose(fam.whole(c, in, j), want[j], 1e-9, 0)) << "train " << train << " output " << j;
+  }
+}
+
+// The elementwise losses' model works a slice of rows at a time. mse's terms are v = d^2 with
+// h = |2 v| + |v|, so over three slices of (3000, 1000): reduction none gives 3 d^2 per term, and
+// mean gives (sqrt(n) sum|v| + sum h) / n + |sum v| / n, the sums taken over all n terms at once.
+TEST(Numerics, LossModelBySlicesIsTheWholeFormula) {
+  for (int64_t reduction : {0, 1}) {
+    auto made = make_call(OpId::kMseLoss, {3000, 1000}, DType::kF32, BackendKind::kCpu, {{"reduction", reduction}});
+    ASSERT_TRUE(made.is_ok());
+    const OpCall& c = made.value();
+    std::vector<at::Tensor> in = make_inputs(c, "normal", 5, at::kCPU);
+    at::Tensor v = (in[0].to(at::kDouble) - in[1].to(at::kDouble)).square();
+    const double n = 3e6, s = v.sum().item<double>();
+    at::Tensor got = family_reference(OpFamily::kLoss).whole(c, in, 0);
+    if (reduction == 0) EXPECT_TRUE(at::allclose(got, 3 * v, 1e-12, 0));
+    else EXPECT_NEAR(got.item<double>(), (std::sqrt(n) * s + 3 * s) / n + s / n, 1e-9 * s);
+  }
 }
 
 // Elementwise ops keep eager's evidence: 4x its error, at least 16 ulp of |r64| + tau.
