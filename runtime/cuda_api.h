@@ -23,7 +23,7 @@ namespace kc {
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                                                \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                                   \
   X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel)                                  \
-  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8Async)                  \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8Async)  \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
   X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 

@@ -4,9 +4,22 @@
 
 #include "evolve/verify/gauntlet_impl.h"
 #include "runtime/cpu_backend.h"
+#include "runtime/cuda_api.h"
 #include "runtime/log.h"
 
 namespace kc::evolve {
+
+namespace {
+
+// The current context's device's free memory (0 where the driver cannot say).
+int64_t device_free_bytes() {
+  auto d = cuda_driver();
+  size_t free_b = 0, total_b = 0;
+  if (!d || d.value()->cuMemGetInfo(&free_b, &total_b) != CUDA_SUCCESS) return 0;
+  return static_cast<int64_t>(free_b);
+}
+
+}  // namespace
 
 Gauntlet::Gauntlet(std::unique_ptr<Impl> p) : p_(std::move(p)) {}
 Gauntlet::~Gauntlet() = default;
@@ -34,7 +47,7 @@ Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std:
       impl->make_scrubber();
     }
     const OpCall& c = impl->call;
-    impl->resident = sets_resident(c);
+    impl->resident = sets_resident(c, impl->cuda() ? device_free_bytes() : 0);
     bool captured_ok = captured.size() == c.inputs.size();
     for (size_t k = 0; captured_ok && k < captured.size(); ++k) {
       const TensorMeta& m = c.inputs[k];

@@ -34,7 +34,12 @@ int64_t call_tensor_bytes(const OpCall& c) {
   return b;
 }
 
-bool sets_resident(const OpCall& c) { return call_tensor_bytes(c) <= kResidentMaxTensorBytes; }
+bool sets_resident(const OpCall& c, int64_t device_free) {
+  const int64_t bytes = call_tensor_bytes(c);
+  if (bytes <= kResidentMaxTensorBytes) return true;
+  return c.backend == BackendKind::kCuda && device_free > 0 &&
+         static_cast<double>(kResidentBytesPerTensorByte * bytes) <= kResidentDeviceShare * static_cast<double>(device_free);
+}
 
 int64_t eval_peak_estimate(const OpCall& c) {
   const int64_t per = sets_resident(c) ? kResidentBytesPerTensorByte : kStreamedBytesPerTensorByte;

@@ -27,8 +27,16 @@ constexpr int64_t kAddressSpaceHeadroom = int64_t{8} << 30;    // libraries, thr
 
 // Bytes of the call's inputs and outputs (one of each).
 int64_t call_tensor_bytes(const OpCall& c);
-// True when the call's input sets stay resident in the evaluation child (see above).
-bool sets_resident(const OpCall& c);
+// A CUDA key keeps its sets resident also where the resident estimate fits this share of the
+// device's free memory when its gauntlet starts: on a 141 GB H200, keys up to about 600 MB of
+// tensors, the size class of single-op benchmarks, where rebuilding every set and its fp64
+// references for each candidate took most of a search (a 3 GiB key: one candidate in 22 s). A
+// quarter, since the user's job shares the GPU while evolution runs in the background.
+constexpr double kResidentDeviceShare = 0.25;
+
+// True when the call's input sets stay resident in the evaluation child (see above); device_free:
+// the CUDA device's free bytes (0: unknown, the host rule alone).
+bool sets_resident(const OpCall& c, int64_t device_free = 0);
 // What the child is expected to hold at its peak for this call.
 int64_t eval_peak_estimate(const OpCall& c);
 // share x MemAvailable (/proc/meminfo); 0 when share <= 0 or unknown (no cap).

