@@ -96,6 +96,9 @@ class Gauntlet {
   bool context_lost() const;
   // The input sets' names, for reports.
   std::vector<std::string> set_names() const;
+  // True when the sets are kept for every candidate, false when each stage rebuilds the one it
+  // needs (memory_cap.h sets_resident): what a large key's time per candidate depends on.
+  bool sets_resident() const;
 
   struct Impl;   // the gauntlet's state (gauntlet_impl.h)
   struct Run;    // one run's state, which the stages share (gauntlet_run.h)

@@ -25,6 +25,7 @@ Gauntlet::Gauntlet(std::unique_ptr<Impl> p) : p_(std::move(p)) {}
 Gauntlet::~Gauntlet() = default;
 const OpCall& Gauntlet::call() const { return p_->call; }
 bool Gauntlet::context_lost() const { return p_->lost; }
+bool Gauntlet::sets_resident() const { return p_->resident; }
 std::vector<std::string> Gauntlet::set_names() const {
   std::vector<std::string> v;
   for (const auto& s : p_->sets) v.push_back(s.name);
@@ -47,7 +48,7 @@ Result<std::unique_ptr<Gauntlet>> Gauntlet::create(OpCall call, int device, std:
       impl->make_scrubber();
     }
     const OpCall& c = impl->call;
-    impl->resident = sets_resident(c, impl->cuda() ? device_free_bytes() : 0);
+    impl->resident = evolve::sets_resident(c, impl->cuda() ? device_free_bytes() : 0);   // memory_cap.h
     bool captured_ok = captured.size() == c.inputs.size();
     for (size_t k = 0; captured_ok && k < captured.size(); ++k) {
       const TensorMeta& m = c.inputs[k];

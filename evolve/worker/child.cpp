@@ -142,7 +142,7 @@ int eval_child_main(int argc, char** argv) {
   say({{"ready", true},
        {"eager", {{"median_ms", eager.value().median_ms}, {"mad_ms", eager.value().mad_ms},
                   {"p10_ms", eager.value().p10_ms}, {"p90_ms", eager.value().p90_ms}, {"reps", eager.value().reps}}},
-       {"sets", g.value()->set_names()}, {"call", to_json(g.value()->call())}, {"sandbox", sandbox}});
+       {"sets", g.value()->set_names()}, {"resident", g.value()->sets_resident()}, {"call", to_json(g.value()->call())}, {"sandbox", sandbox}});
   std::string line;
   while (std::getline(std::cin, line)) {
     auto req = nlohmann::json::parse(line, nullptr, false);

@@ -150,7 +150,8 @@ std::optional<EvolveResult> KeySearch::start_child() {
   if (Status s = child_->ensure(); !s) return fail(s.to_string());
   res_.eager_ms = child_->ready()["eager"].value("median_ms", 0.0);
   eager_mad_ = child_->ready()["eager"].value("mad_ms", 0.0);
-  say("eager " + std::to_string(res_.eager_ms * 1e3) + " us; input sets " + child_->ready()["sets"].dump());
+  say("eager " + std::to_string(res_.eager_ms * 1e3) + " us; input sets " + child_->ready()["sets"].dump() +
+      (child_->ready().value("resident", true) ? "" : ", rebuilt for each candidate (a large key)"));
   return std::nullopt;
 }
 
