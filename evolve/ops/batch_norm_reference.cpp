@@ -39,13 +39,11 @@ struct ChannelModel {
   double g = 1;                      // sqrt(count): the reduction's growth (training only)
 };
 
-// Calls f(n0, len) over slices of the batch axis of x [N, C, HW] of about kModelSlice elements (at
-// least one sample): the model's fp64 temporaries stay a slice's, not copies of the whole input.
+// Calls f(n0, len) over slices of the batch axis of x [N, C, HW] (for_each_model_slice): the
+// model's fp64 temporaries stay a slice's, not copies of the whole input.
 template <class F>
 void for_each_slice(const at::Tensor& x, F f) {
-  const int64_t per = std::max<int64_t>(1, x.numel() / std::max<int64_t>(x.size(0), 1));
-  const int64_t step = std::max<int64_t>(1, kModelSlice / per);
-  for (int64_t n0 = 0; n0 < x.size(0); n0 += step) f(n0, std::min(step, x.size(0) - n0));
+  for_each_model_slice(x.size(0), x.size(1) * x.size(2), f);
 }
 
 // Training: mean, mean |x| and the biased variance per channel in fp64, in two passes over slices.

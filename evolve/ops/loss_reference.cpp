@@ -149,7 +149,7 @@ Terms nll_terms(const std::vector<at::Tensor>& in, const LossGeom& g) {
 }
 
 // Calls f(part, r0, len) with the elementwise losses' inputs broadcast to the terms' shape and cut
-// into slices of its leading axis (about kModelSlice terms each): the terms' fp64 temporaries
+// into slices of its leading axis (for_each_model_slice): the terms' fp64 temporaries
 // stay a slice's (a loss over 2^30 terms otherwise held about eight fp64 copies of its inputs).
 template <class F>
 void for_each_term_slice(const std::vector<at::Tensor>& in, F f) {
@@ -161,13 +161,11 @@ void for_each_term_slice(const std::vector<at::Tensor>& in, F f) {
   for (const auto& t : in) ex.push_back(t.defined() ? t.expand(shape) : t);
   int64_t per = 1;
   for (size_t d = 1; d < shape.size(); ++d) per *= shape[d];
-  const int64_t step = std::max<int64_t>(1, kModelSlice / std::max<int64_t>(per, 1));
-  for (int64_t r0 = 0; r0 < shape[0]; r0 += step) {
-    const int64_t len = std::min(step, shape[0] - r0);
+  for_each_model_slice(shape[0], per, [&](int64_t r0, int64_t len) {
     std::vector<at::Tensor> part;
     for (const auto& t : ex) part.push_back(t.defined() ? t.narrow(0, r0, len) : t);
     f(part, r0, len);
-  }
+  });
 }
 
 // Output j's condition magnitude, output-shaped. Reduction none: h per term (nll's total_weight

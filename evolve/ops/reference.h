@@ -1,6 +1,7 @@
 // One home per op family (the torch half): its eager reference, the inputs the gauntlet draws and
 // the shape of its error model. The torch-free half is ops/family.h.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,14 @@ RowLayout dim_layout(const OpCall& c, const std::vector<at::Tensor>& in, size_t 
 // many elements, so their fp64 temporaries stay a fixed size whatever the key (a key of 8 GiB
 // tensors otherwise held several fp64 copies of its input on the device).
 constexpr int64_t kModelSlice = int64_t{1} << 20;
+
+// Calls f(r0, len) over rows [0, rows) of `per` elements each, in slices of about kModelSlice
+// elements (at least one row a slice).
+template <class F>
+void for_each_model_slice(int64_t rows, int64_t per, F f) {
+  const int64_t step = std::max<int64_t>(1, kModelSlice / std::max<int64_t>(per, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += step) f(r0, std::min(step, rows - r0));
+}
 
 // Shared by the families' references: an fp64 copy (never a view: the model works in place).
 inline at::Tensor f64(const at::Tensor& t) { return t.to(at::kDouble, /*non_blocking=*/false, /*copy=*/true); }

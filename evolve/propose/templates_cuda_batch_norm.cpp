@@ -230,17 +230,17 @@ std::vector<KnobDim> bn_space(const BnGeom& g) {
 }
 
 // Vectors a thread keeps of its fused slice (knob regs; 0: streamed, read twice).
-int64_t slice_items(const BnGeom& g, const Knobs& k) {
+int64_t bn_slice_items(const BnGeom& g, const Knobs& k) {
   const int64_t cl = k.count("fuse") ? k.at("fuse") : 0;
   if (cl == 0 || !k.count("regs") || !k.at("regs")) return 0;
-  return cdiv(cdiv(g.n * g.hw / k.at("vec"), cl), k.at("threads"));
+  return slice_items(g.n * g.hw / k.at("vec"), cl, k.at("threads"));
 }
 
 
 // Constants, the parameter type and the optional weight / bias parameters.
 std::string bn_consts(const BnGeom& g, const Knobs& k) {
   std::string s = "constexpr int NT = " + S(k.at("threads")) + ", G = NT, VEC = " + S(k.at("vec")) +
-                  ", ITEMS = " + S(k.at("items")) + ", RI = " + S(slice_items(g, k)) + ";\n";
+                  ", ITEMS = " + S(k.at("items")) + ", RI = " + S(bn_slice_items(g, k)) + ";\n";
   return s + cluster_consts(k.count("fuse") ? k.at("fuse") : 0) + affine_prelude(g.p, g.has_w, g.has_b);
 }
 
@@ -278,7 +278,7 @@ class BatchNormTemplate : public Template {
     if (g.training && k.at("resident") > 0 && k.at("fuse") == 0)
       return unsupported("resident caps the fused launch only");
     if (g.training && k.at("fuse") == 0) k["regs"] = 0;   // registers hold a fused slice only
-    if (const int64_t ri = slice_items(g, k); ri * vec > reg_budget(nt))
+    if (const int64_t ri = bn_slice_items(g, k); !slice_fits(ri, vec, nt))
       return unsupported("a slice of " + S(ri) + " vectors a thread does not fit " + S(nt) + " threads' registers");
     const std::string src = "// kernelcraft cuda.batch_norm " + std::string(dtype_name(g.x)) + " params " +
                             dtype_name(g.p) + (g.training ? " training" : " eval") + "\n" + dtype_prelude(g.x) +

@@ -151,8 +151,8 @@ class GroupNormTemplate : public Template {
     if (!gr.is_ok()) return gr.status();
     const RowGeom r = gr.value();
     if (slice_regs) k["regs"] = 1;
-    const int64_t ri = slice_regs ? cdiv(cdiv(g.l / r.vec, fuse), r.g) : 0;
-    if (ri * r.vec > reg_budget(r.g))
+    const int64_t ri = slice_regs ? slice_items(g.l / r.vec, fuse, r.g) : 0;
+    if (!slice_fits(ri, r.vec, r.g))
       return unsupported("a slice of " + S(ri) + " vectors a thread does not fit " + S(r.g) + " threads' registers");
     const std::string src = "// kernelcraft cuda.group_norm " + std::string(dtype_name(g.x)) + " params " +
                             dtype_name(g.p) + " stats " + dtype_name(g.s) + "\n" + dtype_prelude(g.x) +

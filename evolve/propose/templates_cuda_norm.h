@@ -70,6 +70,12 @@ inline std::vector<int64_t> fuse_values(int64_t rows, int64_t elems, int64_t ele
   return with_default(v, def);
 }
 
+// Vectors a thread keeps of its slice when the fused launch holds it in registers (knob regs): a
+// row of `vectors` vectors cut into cl slices of nt threads.
+inline int64_t slice_items(int64_t vectors, int64_t cl, int64_t nt) { return cdiv(cdiv(vectors, cl), nt); }
+// True when ri vectors of vec elements a thread fit nt threads' registers.
+inline bool slice_fits(int64_t ri, int64_t vec, int64_t nt) { return ri * vec <= reg_budget(nt); }
+
 // Seeds of the fused launch with its slice in registers (knob regs): for 1024 and 512 threads, the
 // fewest blocks a row of `elems` elements in vectors of `vec` whose slices fit the threads'
 // registers (fp32 instance norm's 64K-element channels: 4 blocks of 1024 threads).
@@ -79,7 +85,7 @@ inline std::vector<Knobs> register_slice_seeds(int64_t rows, int64_t elems, int6
   std::vector<Knobs> out;
   for (int64_t nt : {1024, 512})
     for (int64_t cl : cls)
-      if (cl > 0 && cdiv(cdiv(elems / vec, cl), nt) * vec <= reg_budget(nt)) {
+      if (cl > 0 && slice_fits(slice_items(elems / vec, cl, nt), vec, nt)) {
         out.push_back({{"fuse", cl}, {"threads", nt}, {"regs", 1}});
         break;
       }
